@@ -1,0 +1,84 @@
+"""Prompt batches for training and evaluation, read from the module's task.
+
+The task lives in the module (so ``test --ckpt_path`` rebuilds it from the
+checkpoint's hyperparameters alone); this data module only decides how many
+prompts a step or an evaluation batch holds. The training stream is a pure
+function of the step: batch ``s`` holds problems ``s*B .. s*B+B-1`` of the
+train split, so resuming at step ``s`` continues the same stream exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from lightning.pytorch import LightningDataModule
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from lightning_rlvr.tasks.base import Problem, Task
+
+
+def _as_list(batch: list[Problem]) -> list[Problem]:
+    return batch
+
+
+class TrainStream(IterableDataset):
+    """An endless stream of prompt batches starting at the step ``start()`` returns."""
+
+    def __init__(self, task: Task, batch_size: int, start: Callable[[], int]) -> None:
+        self.task, self.batch_size, self.start = task, batch_size, start
+
+    def __iter__(self) -> Iterator[list[Problem]]:
+        step = self.start()
+        while True:
+            yield [self.task.train_problem(step * self.batch_size + i) for i in range(self.batch_size)]
+            step += 1
+
+
+class SplitDataset(Dataset):
+    """The first ``n`` problems of a split."""
+
+    def __init__(self, task: Task, split: str, n: int) -> None:
+        total = task.size(split)
+        self.task, self.split, self.n = task, split, n if total is None else min(n, total)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Problem:
+        return self.task.problem(self.split, i)
+
+
+class RLVRDataModule(LightningDataModule):
+    """Prompts per step and evaluation sizes.
+
+    Args:
+        batch_size: prompts per RL step (B); each gets ``model.group_size`` completions.
+        val_size: held-out prompts per validation.
+        test_size: held-out prompts for ``test``.
+        eval_batch_size: prompts per evaluation batch.
+    """
+
+    def __init__(self, batch_size: int = 16, val_size: int = 256, test_size: int = 256, eval_batch_size: int = 64):
+        super().__init__()
+        self.batch_size = batch_size
+        self.val_size = val_size
+        self.test_size = test_size
+        self.eval_batch_size = eval_batch_size
+
+    @property
+    def task(self) -> Task:
+        return self.trainer.lightning_module.task
+
+    def train_dataloader(self) -> DataLoader:
+        module = self.trainer.lightning_module
+        stream = TrainStream(self.task, self.batch_size, start=lambda: module.rl_step)
+        return DataLoader(stream, batch_size=None, collate_fn=_as_list)
+
+    def _eval_loader(self, split: str, n: int) -> DataLoader:
+        return DataLoader(SplitDataset(self.task, split, n), batch_size=self.eval_batch_size, collate_fn=_as_list)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("val", self.val_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test", self.test_size)

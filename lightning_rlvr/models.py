@@ -1,0 +1,149 @@
+"""Policies: a tiny in-code causal LM for offline runs, or any Hugging Face model.
+
+A ``PolicySource`` is a small, YAML-configurable recipe that returns
+``(model, tokenizer)``. ``TinyPolicy`` builds a Llama-style model from a
+``transformers`` config and a character-level tokenizer from ``tokenizers``,
+so the default run needs no download; ``PretrainedPolicy`` loads a model by
+hub name or local path, like any other Hugging Face checkpoint. Both go
+through ``save_pretrained`` / ``from_pretrained`` unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+# The arithmetic alphabet of the procedural tasks: 24 tokens.
+SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+TINY_VOCAB = SPECIAL_TOKENS + ["answer", "Q"] + list("0123456789") + list("+-*=,:;") + [" "]
+
+
+def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """A word-level tokenizer over ``TINY_VOCAB``: one token per character, plus ``answer`` and ``Q``."""
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(TINY_VOCAB)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("answer|Q|."), behavior="isolated")
+    tok.decoder = decoders.Fuse()  # characters join with no separator
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        padding_side="left",  # left padding: generation appends on the right
+    )
+
+
+class PolicySource:
+    """Where the policy comes from. Subclasses return a fresh ``(model, tokenizer)``."""
+
+    def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        raise NotImplementedError
+
+    def cache_key(self) -> dict[str, Any]:
+        """What identifies the initial weights (used to cache the warm start)."""
+        return {"class": type(self).__name__, **vars(self)}
+
+
+class TinyPolicy(PolicySource):
+    """A Llama-style model built in code (~0.53M parameters at the defaults), with the tiny tokenizer.
+
+    Args:
+        layers: transformer blocks.
+        hidden: model width.
+        heads: attention heads.
+        intermediate: MLP width.
+        max_positions: longest sequence (prompt + completion).
+        seed: initialisation seed, independent of the training seed.
+    """
+
+    def __init__(
+        self,
+        layers: int = 2,
+        hidden: int = 128,
+        heads: int = 4,
+        intermediate: int = 512,
+        max_positions: int = 128,
+        seed: int = 0,
+    ) -> None:
+        self.layers = layers
+        self.hidden = hidden
+        self.heads = heads
+        self.intermediate = intermediate
+        self.max_positions = max_positions
+        self.seed = seed
+
+    def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        tokenizer = build_tiny_tokenizer()
+        config = LlamaConfig(
+            vocab_size=len(TINY_VOCAB),
+            hidden_size=self.hidden,
+            intermediate_size=self.intermediate,
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.heads,
+            num_key_value_heads=self.heads,
+            max_position_embeddings=self.max_positions,
+            tie_word_embeddings=True,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            model = LlamaForCausalLM(config)
+        return model, tokenizer
+
+
+class PretrainedPolicy(PolicySource):
+    """Any Hugging Face causal LM, by hub name or local directory.
+
+    Args:
+        name_or_path: hub id or a directory written by ``save_pretrained``.
+        dtype: parameter dtype (``float32``, ``bfloat16``, ``float16``).
+        local_files_only: never touch the network (set it on offline machines).
+        trust_remote_code: passed to ``from_pretrained``.
+        padding_side: generation needs left padding; the tokenizer is set to it.
+    """
+
+    def __init__(
+        self,
+        name_or_path: str,
+        dtype: str = "float32",
+        local_files_only: bool = False,
+        trust_remote_code: bool = False,
+        padding_side: str = "left",
+    ) -> None:
+        self.name_or_path = name_or_path
+        self.dtype = dtype
+        self.local_files_only = local_files_only
+        self.trust_remote_code = trust_remote_code
+        self.padding_side = padding_side
+
+    def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        kwargs = {"local_files_only": self.local_files_only, "trust_remote_code": self.trust_remote_code}
+        tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, **kwargs)
+        tokenizer.padding_side = self.padding_side
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model = AutoModelForCausalLM.from_pretrained(
+            self.name_or_path, dtype=getattr(torch, self.dtype), **kwargs
+        )
+        return model, tokenizer
+
+
+def apply_lora(model: PreTrainedModel, lora: dict[str, Any]) -> PreTrainedModel:
+    """Wrap ``model`` with ``peft`` LoRA adapters; ``lora`` holds ``peft.LoraConfig`` fields."""
+    from peft import LoraConfig, get_peft_model
+
+    config = {"task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16, "target_modules": "all-linear", **lora}
+    return get_peft_model(model, LoraConfig(**config))

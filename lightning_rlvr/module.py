@@ -1,0 +1,396 @@
+"""``RLVRModule``: reinforcement learning with verifiable rewards, one step at a time.
+
+Each training step, top to bottom:
+
+1. **rollout** -- sample G completions for each of B prompts in one batched
+   ``generate`` call with KV cache (N = B * G rows, grouped by prompt);
+2. **score**   -- the task's verifier gives each completion a reward; a verifier
+   that raises gives 0 and is counted;
+3. **credit**  -- the ``CreditAssigner`` (GRPO, SHEAR, SC-GRPO, ...) turns the
+   scored rollout into token advantages A_{i,t}, using only no-grad views of
+   the rollout-time policy through a ``Scorer``;
+4. **update**  -- ``ppo_epochs`` passes over the rollout in ``minibatches``,
+   each an optimiser step on the clipped surrogate (eps_low / eps_high) against
+   the rollout-time log-probs, plus an optional k3 KL to a frozen reference and
+   any per-token loss the credit assigner adds.
+
+With one epoch and one minibatch the importance ratio is 1 at the only
+update, so the rollout-time log-probs equal the detached current ones and no
+separate old-log-prob pass is run (unless a credit assigner asked for it).
+Validation and test sample ``eval_samples`` completions per held-out prompt
+and report pass@k, under a forked RNG so evaluation never shifts training.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import random
+import time
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from lightning.pytorch import LightningModule
+from torch import Tensor
+
+from lightning_rlvr.credit.base import CreditAssigner
+from lightning_rlvr.credit.grpo import GRPOCredit
+from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.metrics import PassAtK
+from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
+from lightning_rlvr.objectives import clipped_surrogate, kl_k3, loss_weights, zero_std_groups
+from lightning_rlvr.rollout import Rollout, sample
+from lightning_rlvr.scoring import Scorer, causal_lm_forward, entropy_from_logits, token_logprobs
+from lightning_rlvr.tasks.addition import AdditionTask
+from lightning_rlvr.tasks.base import Problem, Task, safe_check
+from lightning_rlvr.warmstart import WarmStart
+
+log = logging.getLogger(__name__)
+
+
+def _plain(value: Any) -> bool:
+    """True for values a checkpoint can hold under ``torch.load(weights_only=True)``."""
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def _capture_rng() -> dict:
+    np_state = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].copy()), *np_state[2:]],
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _restore_rng(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy(), *rest))
+    random.setstate(tuple(v if not isinstance(v, list) else tuple(v) for v in state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class RLVRModule(LightningModule):
+    """Policy, rollout and update for RLVR; the method lives in ``credit``.
+
+    Args:
+        task: prompt source + verifier (default: 3-digit addition).
+        policy: where the model and tokenizer come from (default: the tiny in-code model).
+        credit: the credit-assignment method (default: ``GRPOCredit``).
+        warm_start: supervised warm start before RL (fit only; cached on disk).
+        lora: ``peft.LoraConfig`` fields; when set only adapters train.
+        group_size: completions per prompt (G).
+        max_new_tokens: completion budget (L_max).
+        temperature: sampling temperature for rollouts and evaluation.
+        top_p: nucleus sampling threshold (1.0 = off).
+        top_k: top-k sampling (0 = off).
+        lr: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        warmup_steps: linear learning-rate warm-up, in optimiser steps.
+        ppo_epochs: passes over each rollout.
+        minibatches: optimiser steps per pass (rows are shuffled between passes).
+        eps_low: lower clip range of the importance ratio.
+        eps_high: upper clip range (DAPO's clip-higher when > eps_low).
+        loss_agg: ``seq_mean`` (GRPO), ``token_mean`` (DAPO) or ``constant`` (Dr. GRPO).
+        kl_beta: weight of the k3 KL to the frozen initial policy; 0 loads no reference.
+        grad_clip: max gradient norm (0 = off).
+        micro_batch_size: rows per forward pass in scoring and update (memory bound).
+        eval_samples: completions per prompt in validation and test (pass@k up to this k).
+        eval_seed: seed of evaluation sampling (the training RNG is left untouched).
+        validate_at_start: log ``val/pass@1`` at step 0 of a fresh fit (the baseline RL starts from).
+        max_nonfinite_updates: consecutive non-finite losses tolerated (skipped) before stopping.
+    """
+
+    def __init__(
+        self,
+        task: Task | None = None,
+        policy: PolicySource | None = None,
+        credit: CreditAssigner | None = None,
+        warm_start: WarmStart | None = None,
+        lora: dict[str, Any] | None = None,
+        group_size: int = 8,
+        max_new_tokens: int = 48,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        lr: float = 5e-5,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        ppo_epochs: int = 1,
+        minibatches: int = 1,
+        eps_low: float = 0.2,
+        eps_high: float = 0.2,
+        loss_agg: Literal["seq_mean", "token_mean", "constant"] = "seq_mean",
+        kl_beta: float = 0.0,
+        grad_clip: float = 1.0,
+        micro_batch_size: int = 128,
+        eval_samples: int = 4,
+        eval_seed: int = 1234,
+        validate_at_start: bool = True,
+        max_nonfinite_updates: int = 3,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        for key in [k for k, v in self.hparams.items() if not _plain(v)]:
+            del self.hparams[key]  # objects (Python use) cannot go in a weights-only checkpoint
+        self.automatic_optimization = False
+        self.task = task or AdditionTask()
+        self.policy_source = policy or TinyPolicy()
+        self.credit = credit or GRPOCredit()
+        self.warm_start = warm_start
+        self.model, self.tokenizer = self.policy_source.load()
+        if lora:
+            self.model = apply_lora(self.model, lora)
+        self.lora = lora
+        self.group_size = group_size
+        self.max_new_tokens = max_new_tokens
+        self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
+        self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
+        self.ppo_epochs, self.minibatches = ppo_epochs, minibatches
+        self.eps_low, self.eps_high = eps_low, eps_high
+        self.loss_agg = loss_agg
+        loss_weights(torch.ones(1, 1), loss_agg, 1)  # fail at construction on a bad name
+        self.kl_beta = kl_beta
+        self.grad_clip = grad_clip
+        self.micro_batch_size = micro_batch_size
+        self.eval_samples = eval_samples
+        self.eval_seed = eval_seed
+        self.validate_at_start = validate_at_start
+        self.max_nonfinite_updates = max_nonfinite_updates
+        self.eval_ks = sorted({1, eval_samples} | {2**i for i in range(1, 8) if 2**i <= eval_samples})
+        self.val_pass = PassAtK(1)
+        self.test_pass = torch.nn.ModuleDict({str(k): PassAtK(k) for k in self.eval_ks})
+        self.rl_step = 0  # RL steps done (the data position); checkpointed
+        self.verifier_errors = 0
+        self._nonfinite_streak = 0
+        self._pending_rng: dict | None = None
+        self._reference: list = []  # frozen copy kept out of state_dict (rebuilt from the warm start)
+        self.warm_start_summary: dict | None = None
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.warm_start is not None and self.warm_start_summary is None:
+            self.warm_start_summary = self.warm_start.run(self.model, self.tokenizer, self.policy_source, self.task)
+        if self.kl_beta > 0 and not self.lora and not self._reference:
+            ref = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self._reference.append(ref)
+
+    def configure_callbacks(self) -> list:
+        return [self.credit]
+
+    def configure_optimizers(self):
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        warm = max(self.warmup_steps, 1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        if not (self.validate_at_start and self.rl_step == 0 and self.trainer.datamodule is not None):
+            return
+        metric = PassAtK(1).to(self.device)
+        for i, batch in enumerate(self.trainer.datamodule.val_dataloader()):
+            self._evaluate(batch, i, {"1": metric}, stage=None)
+        value = float(metric.compute())
+        log.info("val/pass@1 before RL: %.4f", value)
+        if self.logger is not None:
+            self.logger.log_metrics({"val/pass@1": value}, step=0)
+
+    # ------------------------------------------------------------------ rollout + score
+    def rollout(self, problems: list[Problem], group_size: int) -> Rollout:
+        """Sample ``group_size`` completions per problem (one batched ``generate``)."""
+        return sample(self.model, self.tokenizer, problems, group_size, self.max_new_tokens, **self.sampling)
+
+    def verify(self, rollout: Rollout) -> int:
+        """Fill ``rollout.rewards`` and ``feedback``; returns the number of verifier errors."""
+        rewards, feedback, errors = [], [], 0
+        for i, text in enumerate(rollout.completions):
+            verdict, raised = safe_check(self.task, text, rollout.problems[int(rollout.group[i])])
+            rewards.append(verdict.reward)
+            feedback.append(verdict.feedback)
+            errors += raised
+        rollout.rewards = torch.tensor(rewards, dtype=torch.float32, device=self.device)
+        rollout.feedback = feedback
+        return errors
+
+    # ------------------------------------------------------------------ training
+    def training_step(self, batch: list[Problem], batch_idx: int) -> None:
+        if self._pending_rng is not None:  # resumed: continue the exact random stream
+            _restore_rng(self._pending_rng)
+            self._pending_rng = None
+        t0 = time.perf_counter()
+        rollout = self.rollout(batch, self.group_size)  # N = B * G rows
+        t1 = time.perf_counter()
+        errors = self.verify(rollout)
+        self.verifier_errors += errors
+        scorer = Scorer(self.model, rollout, self.micro_batch_size)
+        if self.ppo_epochs > 1 or self.minibatches > 1:  # the update needs rollout-time log-probs
+            scorer.policy(hidden=getattr(self.credit, "uses_hidden_states", False))
+        t2 = time.perf_counter()
+        credit = self.credit.assign(rollout, scorer)
+        t3 = time.perf_counter()
+        old_logp = scorer.policy().logp if scorer.has_policy_pass else None  # [N, T] or None
+        ref_logp = self.reference_logprobs(rollout) if self.kl_beta > 0 else None
+        stats = self.update(rollout, credit.advantages, old_logp, ref_logp)
+        t4 = time.perf_counter()
+        self.rl_step += 1
+
+        lengths = rollout.lengths.float()
+        metrics = {
+            "train/reward_mean": rollout.rewards.mean(),
+            "train/reward_std": rollout.rewards.std() if rollout.num_rows > 1 else torch.tensor(0.0),
+            "train/frac_zero_std": zero_std_groups(rollout.rewards, rollout.group).float().mean(),
+            "train/completion_len": lengths.mean(),
+            "train/verifier_errors": float(errors),
+            "time/rollout_s": t1 - t0,
+            "time/score_s": t2 - t1,
+            "time/credit_s": t3 - t2,
+            "time/update_s": t4 - t3,
+            "perf/tokens_per_s": float(lengths.sum()) / max(t1 - t0, 1e-9),
+            "perf/extra_forward_tokens": float(scorer.forward_tokens),
+            **{f"train/{k}": v for k, v in stats.items()},
+            **{f"credit/{k}": v for k, v in credit.metrics.items()},
+        }
+        self.log("train/reward", rollout.rewards.mean(), prog_bar=True, batch_size=len(batch), logger=False)
+        self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch))
+
+    @torch.no_grad()
+    def reference_logprobs(self, rollout: Rollout) -> Tensor:
+        """Log-probs of the sampled tokens under the frozen reference (base model when using LoRA): [N, T]."""
+        P = rollout.prompt_ids.shape[1]
+        out = []
+        for rows in torch.arange(rollout.num_rows).split(self.micro_batch_size):
+            ids, mask = rollout.input_ids[rows], rollout.attention_mask[rows]
+            if self.lora:
+                with self.model.disable_adapter():
+                    logits = causal_lm_forward(self.model, ids, mask).logits
+            else:
+                logits = causal_lm_forward(self._reference[0], ids, mask).logits
+            out.append(token_logprobs(logits[:, P - 1 : -1], rollout.completion_ids[rows]))
+        return torch.cat(out)
+
+    def update(
+        self, rollout: Rollout, advantages: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None
+    ) -> dict[str, float]:
+        """``ppo_epochs`` x ``minibatches`` optimiser steps on the clipped surrogate."""
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        P = rollout.prompt_ids.shape[1]
+        N = rollout.num_rows
+        input_ids, attn = rollout.input_ids, rollout.attention_mask  # [N, P + T]
+        targets, mask = rollout.completion_ids, rollout.completion_mask.float()  # [N, T]
+        totals: dict[str, float] = {"clip_frac": 0.0, "entropy": 0.0, "kl": 0.0, "loss": 0.0, "grad_norm": 0.0}
+        n_updates = 0
+        for _ in range(self.ppo_epochs):
+            order = torch.randperm(N, device=self.device) if self.minibatches > 1 else torch.arange(N)
+            for mb in order.chunk(self.minibatches):
+                weights = loss_weights(mask[mb], self.loss_agg, self.max_new_tokens)  # [m, T]
+                loss_total, parts = 0.0, {"clip_frac": 0.0, "entropy": 0.0, "kl": 0.0}
+                finite = True
+                for i in range(0, len(mb), self.micro_batch_size):
+                    rows, w = mb[i : i + self.micro_batch_size], weights[i : i + self.micro_batch_size]
+                    logits = causal_lm_forward(self.model, input_ids[rows], attn[rows]).logits[:, P - 1 : -1]
+                    logp = token_logprobs(logits, targets[rows])  # [m, T]
+                    old = old_logp[rows] if old_logp is not None else logp.detach()
+                    tok_loss, clipped = clipped_surrogate(logp, old, advantages[rows], self.eps_low, self.eps_high)
+                    if ref_logp is not None:
+                        kl = kl_k3(logp, ref_logp[rows])
+                        tok_loss = tok_loss + self.kl_beta * kl
+                        parts["kl"] += float((kl.detach() * w).sum())
+                    extra = self.credit.token_loss(logits, rows, rollout)
+                    if extra is not None:
+                        tok_loss = tok_loss + extra
+                    loss = (tok_loss * w).sum()
+                    if not torch.isfinite(loss):
+                        finite = False
+                        break
+                    self.manual_backward(loss)
+                    loss_total += float(loss.detach())
+                    with torch.no_grad():
+                        parts["clip_frac"] += float((clipped * w).sum())
+                        parts["entropy"] += float((entropy_from_logits(logits.detach()) * w).sum())
+                grad_norm = self._clip_gradients() if finite else float("nan")
+                if not finite or not math.isfinite(grad_norm):
+                    self._skip_nonfinite(opt)
+                    continue
+                self._nonfinite_streak = 0
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                sched.step()
+                n_updates += 1
+                totals["loss"] += loss_total
+                totals["grad_norm"] += grad_norm
+                for k, v in parts.items():
+                    totals[k] += v
+        stats = {k: v / max(n_updates, 1) for k, v in totals.items()}
+        if ref_logp is None:
+            stats.pop("kl")
+        stats["lr"] = sched.get_last_lr()[0]
+        stats["skipped_updates"] = float(self.ppo_epochs * self.minibatches - n_updates)
+        return stats
+
+    def _clip_gradients(self) -> float:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if self.grad_clip > 0:
+            return float(torch.nn.utils.clip_grad_norm_(params, self.grad_clip))
+        return float(torch.nn.utils.get_total_norm([p.grad for p in params]))
+
+    def _skip_nonfinite(self, opt) -> None:
+        opt.zero_grad(set_to_none=True)
+        self._nonfinite_streak += 1
+        log.warning("non-finite loss or gradient at RL step %d: update skipped", self.rl_step)
+        if self._nonfinite_streak >= self.max_nonfinite_updates:
+            raise RLVRError(
+                f"the loss or gradient was NaN/inf in {self._nonfinite_streak} consecutive updates "
+                f"(RL step {self.rl_step}); training stopped with the weights of the last good update. "
+                "The last saved checkpoint is intact; lower model.lr or check the rewards."
+            )
+
+    # ------------------------------------------------------------------ evaluation
+    def _evaluate(
+        self, batch: list[Problem], batch_idx: int, metrics: dict[str, PassAtK], stage: str | None
+    ) -> None:
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(self.eval_seed + batch_idx)
+            rollout = self.rollout(batch, self.eval_samples)
+        self.verify(rollout)
+        correct = rollout.rewards.view(len(batch), self.eval_samples)  # [B, n]
+        for k, metric in metrics.items():
+            metric.update(correct)
+            if stage is not None:
+                self.log(f"{stage}/pass@{k}", metric, on_step=False, on_epoch=True, prog_bar=k == "1")
+
+    def validation_step(self, batch: list[Problem], batch_idx: int) -> None:
+        self._evaluate(batch, batch_idx, {"1": self.val_pass}, "val")
+
+    def test_step(self, batch: list[Problem], batch_idx: int) -> None:
+        self._evaluate(batch, batch_idx, dict(self.test_pass.items()), "test")
+
+    # ------------------------------------------------------------------ checkpoint state
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["rlvr"] = {
+            "rl_step": self.rl_step,
+            "verifier_errors": self.verifier_errors,
+            "rng": _capture_rng(),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("rlvr", {})
+        self.rl_step = state.get("rl_step", 0)
+        self.verifier_errors = state.get("verifier_errors", 0)
+        self._pending_rng = state.get("rng")
+        credit_state = checkpoint.get("callbacks", {}).get(self.credit.state_key)
+        if credit_state is not None:  # Lightning restores callbacks only when fitting; test needs it too
+            self.credit.load_state_dict(credit_state)

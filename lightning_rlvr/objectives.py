@@ -1,0 +1,101 @@
+"""The policy-gradient objective that every credit assigner's token advantages plug into.
+
+    rho_{i,t}  = exp(logp_{i,t} - old_logp_{i,t})
+    loss_{i,t} = -min(rho * A_{i,t}, clip(rho, 1 - eps_low, 1 + eps_high) * A_{i,t}) + beta * k3_{i,t}
+
+and one of three ways to turn the [N, T] token losses into a scalar:
+
+* ``seq_mean``   -- mean over sequences of each sequence's token mean (GRPO);
+* ``token_mean`` -- sum over all tokens / number of tokens in the batch (DAPO);
+* ``constant``   -- sum over all tokens / (number of sequences * L_max) (Dr. GRPO).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+
+def group_mean_std(values: Tensor, group: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-row mean and (unbiased) std of ``values`` over the row's group: ([N], [N])."""
+    n_groups = int(group.max()) + 1
+    count = torch.zeros(n_groups, device=values.device).index_add_(0, group, torch.ones_like(values))
+    mean = torch.zeros(n_groups, device=values.device).index_add_(0, group, values) / count
+    dev2 = (values - mean[group]) ** 2
+    var = torch.zeros(n_groups, device=values.device).index_add_(0, group, dev2) / (count - 1).clamp(min=1)
+    return mean[group], var.sqrt()[group]
+
+
+def group_advantages(rewards: Tensor, group: Tensor, scale: bool = True, eps: float = 1e-6) -> Tensor:
+    """GRPO's A_i = (r_i - mean(r)) / (std(r) + eps), or r_i - mean(r) with ``scale=False``: [N].
+
+    A group whose rewards are all equal gets exactly 0 (never NaN).
+    """
+    mean, std = group_mean_std(rewards.float(), group)
+    adv = rewards.float() - mean
+    if scale:
+        adv = adv / (std + eps)
+    return torch.where(std > 0, adv, torch.zeros_like(adv))
+
+
+def zero_std_groups(rewards: Tensor, group: Tensor) -> Tensor:
+    """[num_groups] bool: groups whose rewards are all equal (they carry no GRPO signal)."""
+    n_groups = int(group.max()) + 1
+    r = rewards.float()
+    lo = torch.full((n_groups,), float("inf"), device=r.device).scatter_reduce(0, group, r, "amin")
+    hi = torch.full((n_groups,), float("-inf"), device=r.device).scatter_reduce(0, group, r, "amax")
+    return lo == hi
+
+
+def clipped_surrogate(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, eps_low: float, eps_high: float
+) -> tuple[Tensor, Tensor]:
+    """PPO's clipped token loss with separate lower/upper clip ranges: (loss [m, T], clipped [m, T])."""
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
+    loss = -torch.minimum(unclipped, clipped)
+    return loss, (clipped < unclipped).float()
+
+
+def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """Schulman's k3 estimator of KL(pi || ref) per token, >= 0: exp(d) - d - 1 with d = ref - logp."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1.0
+
+
+def _seq_mean(mask: Tensor, max_len: int) -> Tensor:
+    return mask / (mask.sum(-1, keepdim=True).clamp(min=1) * mask.shape[0])
+
+
+def _token_mean(mask: Tensor, max_len: int) -> Tensor:
+    return mask / mask.sum().clamp(min=1)
+
+
+def _constant(mask: Tensor, max_len: int) -> Tensor:
+    return mask / (mask.shape[0] * max_len)
+
+
+AGGREGATIONS: dict[str, Callable[[Tensor, int], Tensor]] = {
+    "seq_mean": _seq_mean,
+    "token_mean": _token_mean,
+    "constant": _constant,
+}
+
+
+def loss_weights(mask: Tensor, mode: str, max_len: int) -> Tensor:
+    """Per-token weights [m, T] such that ``(tok_loss * weights).sum()`` is the aggregated loss.
+
+    Written as weights so a minibatch can be split into micro-batches (or ranks) and
+    the pieces summed: the normaliser is fixed by the whole minibatch.
+    """
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"loss_agg must be one of {sorted(AGGREGATIONS)}, got {mode!r}")
+    return AGGREGATIONS[mode](mask.float(), max_len)
+
+
+def aggregate(tok_loss: Tensor, mask: Tensor, mode: str, max_len: int) -> Tensor:
+    """Reduce token losses [m, T] under ``mask`` [m, T] with one of ``AGGREGATIONS``."""
+    return (tok_loss * loss_weights(mask, mode, max_len)).sum()

@@ -1,0 +1,141 @@
+"""Sampling G completions per prompt, and the ``Rollout`` batch every later stage reads.
+
+Rows are laid out group by group: with B prompts and G samples each, row
+``i`` belongs to prompt ``group[i] = i // G``. Prompts are left-padded (so all
+completions start at the same column) and completions right-padded; the
+completion mask covers tokens up to and including the first EOS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from lightning_rlvr.tasks.base import Problem
+
+
+@dataclass
+class Rollout:
+    """A scored batch of N = B * G completions. Shapes in comments."""
+
+    prompt_ids: Tensor  # [N, P] left-padded
+    prompt_mask: Tensor  # [N, P] 1 on real prompt tokens
+    completion_ids: Tensor  # [N, T] right-padded with pad_id
+    completion_mask: Tensor  # [N, T] 1 up to and including EOS
+    group: Tensor  # [N] index of the row's prompt in the batch
+    problems: list[Problem]  # [B]
+    completions: list[str]  # [N] decoded, special tokens removed
+    pad_id: int
+    eos_id: int
+    rewards: Tensor | None = None  # [N] filled by the verifier
+    feedback: list[str] = field(default_factory=list)  # [N] verifier messages
+
+    @property
+    def num_rows(self) -> int:
+        return self.completion_ids.shape[0]
+
+    @property
+    def group_size(self) -> int:
+        return self.num_rows // len(self.problems)
+
+    @property
+    def lengths(self) -> Tensor:  # [N]
+        return self.completion_mask.sum(-1)
+
+    @property
+    def input_ids(self) -> Tensor:  # [N, P + T]
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> Tensor:  # [N, P + T]
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+    def completion_tokens(self, row: int) -> Tensor:
+        """The unpadded completion of ``row`` (EOS included when sampled)."""
+        return self.completion_ids[row, : int(self.completion_mask[row].sum())]
+
+    def prompt_tokens(self, row: int) -> Tensor:
+        """The unpadded prompt of ``row``."""
+        return self.prompt_ids[row][self.prompt_mask[row].bool()]
+
+    def index_select(self, rows: Tensor) -> Rollout:
+        """A sub-rollout of whole groups (``rows`` must list each kept group's rows in order)."""
+        groups = self.group[rows].unique_consecutive()
+        remap = torch.full((len(self.problems),), -1, dtype=torch.long)
+        remap[groups] = torch.arange(len(groups))
+        return Rollout(
+            prompt_ids=self.prompt_ids[rows],
+            prompt_mask=self.prompt_mask[rows],
+            completion_ids=self.completion_ids[rows],
+            completion_mask=self.completion_mask[rows],
+            group=remap[self.group[rows]],
+            problems=[self.problems[g] for g in groups.tolist()],
+            completions=[self.completions[i] for i in rows.tolist()],
+            pad_id=self.pad_id,
+            eos_id=self.eos_id,
+            rewards=None if self.rewards is None else self.rewards[rows],
+            feedback=[self.feedback[i] for i in rows.tolist()] if self.feedback else [],
+        )
+
+
+def completion_mask_from_ids(completion_ids: Tensor, eos_id: int) -> Tensor:
+    """[N, T] mask: 1 up to and including the first EOS (all ones when there is none)."""
+    is_eos = completion_ids == eos_id  # [N, T]
+    after_eos = (is_eos.cumsum(-1) - is_eos.long()) > 0  # strictly after the first EOS
+    return (~after_eos).long()
+
+
+def position_ids(attention_mask: Tensor) -> Tensor:
+    """Positions that skip left padding, as ``generate`` uses them: [N, L]."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def sample(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    problems: list[Problem],
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    do_sample: bool = True,
+) -> Rollout:
+    """G completions for each of B prompts in one batched ``generate`` call with KV cache."""
+    device = next(model.parameters()).device
+    enc = tokenizer([p.prompt for p in problems], return_tensors="pt", padding=True, add_special_tokens=False)
+    prompt_ids = enc["input_ids"].repeat_interleave(group_size, 0).to(device)  # [N, P]
+    prompt_mask = enc["attention_mask"].repeat_interleave(group_size, 0).to(device)  # [N, P]
+    was_training = model.training
+    model.eval()
+    out = model.generate(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        do_sample=do_sample,
+        temperature=temperature if do_sample else None,
+        top_p=top_p if do_sample else None,
+        top_k=top_k if do_sample else None,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        use_cache=True,
+    )
+    model.train(was_training)
+    completion_ids = out[:, prompt_ids.shape[1] :]  # [N, T]
+    mask = completion_mask_from_ids(completion_ids, tokenizer.eos_token_id)
+    completion_ids = completion_ids.masked_fill(mask == 0, tokenizer.pad_token_id)
+    return Rollout(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=completion_ids,
+        completion_mask=mask,
+        group=torch.arange(len(problems), device=device).repeat_interleave(group_size),
+        problems=list(problems),
+        completions=tokenizer.batch_decode(completion_ids, skip_special_tokens=True),
+        pad_id=tokenizer.pad_token_id,
+        eos_id=tokenizer.eos_token_id,
+    )

@@ -1,0 +1,213 @@
+"""No-grad views of the rollout-time policy: the only door a credit assigner has to the model.
+
+A ``Scorer`` is made once per step, after sampling and before the update, so
+everything it returns comes from the weights that generated the rollout.
+
+* ``policy()`` -- one pass over the rollout as sampled: per-token log-probs,
+  entropies and (on request) last-layer hidden states. Cached: if the update
+  needs old log-probs, it reuses this pass instead of running its own.
+* ``compare(contexts, rows, fn)`` -- the *same completion tokens* of
+  ``rows`` scored under another context (a teacher or hindsight prompt), and
+  ``fn(teacher_logp, student_logp)`` reduced per token over the full vocabulary.
+* ``sequence_logprobs(sequences, n_targets)`` -- log-probs of the last tokens
+  of arbitrary sequences (e.g. a reference answer after a partial chain).
+
+Position convention: the logit at position ``j`` predicts token ``j + 1``. In
+a sequence ``[context (Lc tokens); completion]`` completion token ``t`` is
+predicted at position ``Lc + t - 1``; every method relies on this, and
+``tests/test_scoring.py`` pins it with a policy whose prediction is a known
+function of its context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lightning_rlvr.rollout import Rollout, position_ids
+
+DivergenceFn = Callable[[Tensor, Tensor], Tensor]
+
+
+def causal_lm_forward(model, input_ids: Tensor, attention_mask: Tensor, hidden: bool = False):
+    """The model on a left-padded batch, with positions that skip the padding (as in ``generate``)."""
+    return model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids(attention_mask),
+        output_hidden_states=hidden,
+        use_cache=False,
+    )
+
+
+def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
+    """log softmax(logits)[target] without materialising the full log-softmax: [..., T]."""
+    logits = logits.float()
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Per-position entropy of softmax(logits): [..., T]."""
+    logp = F.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def left_pad(seqs: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
+    """Stack 1-D id tensors, padding on the left: ids [n, L], mask [n, L]."""
+    length = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), length), pad_id, dtype=torch.long, device=seqs[0].device)
+    mask = torch.zeros((len(seqs), length), dtype=torch.long, device=seqs[0].device)
+    for i, s in enumerate(seqs):
+        if len(s):
+            ids[i, length - len(s) :] = s
+            mask[i, length - len(s) :] = 1
+    return ids, mask
+
+
+@dataclass
+class PolicyPass:
+    """What one no-grad pass of the rollout-time policy over the rollout gives."""
+
+    logp: Tensor  # [N, T] log-prob of each sampled token
+    entropy: Tensor  # [N, T] entropy of the next-token distribution
+    hidden: Tensor | None  # [N, T, H] fp32 last-layer hidden state that predicted each token
+
+
+class Scorer:
+    """No-grad scoring of a rollout by the policy that produced it (see the module docstring).
+
+    Args:
+        model: the policy (its weights must not change while the scorer is used).
+        rollout: the sampled batch.
+        micro_batch_size: rows (or views) per forward pass.
+        cache_bytes: full next-token distributions of the rollout are kept for
+            ``compare`` when they fit in this many bytes, else recomputed per micro-batch.
+    """
+
+    def __init__(self, model, rollout: Rollout, micro_batch_size: int = 64, cache_bytes: int = 2**28) -> None:
+        self.model = model
+        self.rollout = rollout
+        self.micro_batch_size = micro_batch_size
+        self.cache_bytes = cache_bytes
+        self._pass: PolicyPass | None = None
+        self._student_logp: Tensor | None = None  # [N, T, V] when it fits in cache_bytes
+        self.forward_tokens = 0  # tokens run through the model by this scorer (extra cost to log)
+
+    # ------------------------------------------------------------------ policy pass
+    @torch.no_grad()
+    def policy(self, hidden: bool = False) -> PolicyPass:
+        """Log-probs, entropies and optionally hidden states of the sampled tokens (one cached pass)."""
+        if self._pass is not None and (self._pass.hidden is not None or not hidden):
+            return self._pass
+        r = self.rollout
+        P = r.prompt_ids.shape[1]
+        logps, ents, hids, dists = [], [], [], []
+        keep = None
+        for rows in torch.arange(r.num_rows).split(self.micro_batch_size):
+            out = causal_lm_forward(self.model, r.input_ids[rows], r.attention_mask[rows], hidden=hidden)
+            logits = out.logits[:, P - 1 : -1].float()  # [m, T, V] predicts completion tokens
+            self.forward_tokens += int(r.attention_mask[rows].sum())
+            logps.append(token_logprobs(logits, r.completion_ids[rows]))
+            ents.append(entropy_from_logits(logits))
+            if hidden:
+                hids.append(out.hidden_states[-1][:, P - 1 : -1].float())
+            if keep is None:
+                keep = r.num_rows * logits.shape[1] * logits.shape[2] * 4 <= self.cache_bytes
+            if keep:
+                dists.append(F.log_softmax(logits, dim=-1))
+        self._pass = PolicyPass(
+            logp=torch.cat(logps), entropy=torch.cat(ents), hidden=torch.cat(hids) if hidden else None
+        )
+        if keep:
+            self._student_logp = torch.cat(dists)
+        return self._pass
+
+    @property
+    def has_policy_pass(self) -> bool:
+        return self._pass is not None
+
+    def _student(self, rows: Tensor) -> Tensor:
+        """Full next-token log-probs [m, T, V] of the rollout's own completions for ``rows``."""
+        if self._student_logp is None and self._pass is None:
+            self.policy()
+        if self._student_logp is not None:
+            return self._student_logp[rows]
+        r = self.rollout
+        P = r.prompt_ids.shape[1]
+        out = causal_lm_forward(self.model, r.input_ids[rows], r.attention_mask[rows])
+        self.forward_tokens += int(r.attention_mask[rows].sum())
+        return F.log_softmax(out.logits[:, P - 1 : -1].float(), dim=-1)
+
+    # ------------------------------------------------------------------ other contexts
+    @torch.no_grad()
+    def compare(
+        self,
+        contexts: list[Tensor],
+        rows: list[int],
+        fn: DivergenceFn,
+        spans: list[tuple[int, int]] | None = None,
+    ) -> Tensor:
+        """Score completion tokens of ``rows`` under other ``contexts`` and reduce per token.
+
+        View ``v`` runs the policy on ``[contexts[v]; completion[rows[v], :end]]`` and
+        compares, at each completion position ``t`` in ``spans[v] = (start, end)``
+        (default: the whole completion), the teacher distribution with the student's
+        (the same token under the rollout's own prompt): ``fn(teacher_logp, student_logp)``,
+        both [m, S, V] log-probs, returning [m, S] (or [m, S, K]).
+
+        Returns [N, T] (or [N, T, K]): values written at each view's positions, 0 elsewhere.
+        When several views cover the same position the last one wins.
+        """
+        r = self.rollout
+        T = r.completion_ids.shape[1]
+        lengths = r.lengths.tolist()
+        spans = spans or [(0, lengths[row]) for row in rows]
+        out: Tensor | None = None
+        for chunk in torch.arange(len(rows)).split(self.micro_batch_size):
+            views = chunk.tolist()
+            seqs = [torch.cat([contexts[v], r.completion_ids[rows[v], : spans[v][1]]]) for v in views]
+            ids, mask = left_pad(seqs, r.pad_id)
+            L = ids.shape[1]
+            logits = causal_lm_forward(self.model, ids, mask).logits  # [m, L, V]
+            self.forward_tokens += int(mask.sum())
+            S = max(spans[v][1] - spans[v][0] for v in views)
+            # teacher column of completion token t in view v: L - end_v + t - 1
+            t_idx = torch.zeros(len(views), S, dtype=torch.long, device=ids.device)
+            for j, v in enumerate(views):
+                start, end = spans[v]
+                t_idx[j, : end - start] = torch.arange(start, end, device=ids.device)
+            view_rows = torch.tensor([rows[v] for v in views], device=ids.device)
+            ends = torch.tensor([spans[v][1] for v in views], device=ids.device)
+            cols = (L - ends[:, None] + t_idx - 1).clamp(min=0)  # [m, S]
+            teacher = F.log_softmax(
+                logits.float().gather(1, cols[..., None].expand(-1, -1, logits.shape[-1])), dim=-1
+            )  # [m, S, V]
+            student_all = self._student(view_rows)  # [m, T, V]
+            student = student_all.gather(1, t_idx[..., None].expand(-1, -1, student_all.shape[-1]))
+            values = fn(teacher, student)  # [m, S] or [m, S, K]
+            if out is None:
+                out = torch.zeros((r.num_rows, T, *values.shape[2:]), device=values.device)
+            for j, v in enumerate(views):
+                start, end = spans[v]
+                out[rows[v], start:end] = values[j, : end - start]
+        if out is None:
+            out = torch.zeros((r.num_rows, T), device=r.completion_ids.device)
+        return out
+
+    @torch.no_grad()
+    def sequence_logprobs(self, sequences: list[Tensor], n_targets: list[int]) -> list[Tensor]:
+        """Log-probs of the last ``n_targets[i]`` tokens of each sequence, given what precedes them."""
+        results: list[Tensor] = []
+        for chunk in torch.arange(len(sequences)).split(self.micro_batch_size):
+            ids, mask = left_pad([sequences[i] for i in chunk.tolist()], self.rollout.pad_id)
+            logits = causal_lm_forward(self.model, ids, mask).logits  # [m, L, V]
+            self.forward_tokens += int(mask.sum())
+            logp = token_logprobs(logits[:, :-1], ids[:, 1:])  # [m, L-1] log p(ids[j+1] | ids[:j+1])
+            for j, i in enumerate(chunk.tolist()):
+                n = n_targets[i]
+                results.append(logp[j, logp.shape[1] - n :] if n else logp[j, :0])
+        return results

@@ -1,0 +1,65 @@
+"""A task is a source of prompts plus a verifier.
+
+``Task.problem(split, index)`` is deterministic, so the training stream can
+resume at any step and the splits never change under a fixed seed.
+``Task.check`` scores a completion; ``safe_check`` wraps it so that a verifier
+that raises gives reward 0 and a counted error instead of stopping the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class Problem:
+    """One prompt with its reference answer and, when the task has one, a worked solution."""
+
+    prompt: str
+    answer: str
+    solution: str | None = None  # a completion that earns reward 1 (for the warm start)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Verdict:
+    """A verifier's output: a reward and a short feedback message (used by hindsight methods)."""
+
+    reward: float
+    feedback: str = ""
+
+
+class Task:
+    """Base class. Subclasses implement ``problem``, ``size`` and ``check``."""
+
+    def problem(self, split: str, index: int) -> Problem:
+        """The ``index``-th problem of ``split``; for infinite splits any index is valid."""
+        raise NotImplementedError
+
+    def size(self, split: str) -> int | None:
+        """Number of problems in ``split``, or None for an endless procedural stream."""
+        raise NotImplementedError
+
+    def check(self, completion: str, problem: Problem) -> Verdict:
+        """Score ``completion``; it may be malformed, and must then get a low reward, not raise."""
+        raise NotImplementedError
+
+    def train_problem(self, step_index: int) -> Problem:
+        """The problem at position ``step_index`` of the training stream (cycles a finite split)."""
+        n = self.size("train")
+        return self.problem("train", step_index if n is None else step_index % n)
+
+
+def safe_check(task: Task, completion: str, problem: Problem) -> tuple[Verdict, bool]:
+    """``task.check`` that never raises: returns (verdict, raised)."""
+    try:
+        verdict = task.check(completion, problem)
+        reward = float(verdict.reward)
+        if reward != reward:  # NaN
+            return Verdict(0.0, "verifier returned NaN"), True
+        return Verdict(reward, verdict.feedback), False
+    except Exception as err:  # noqa: BLE001 - any verifier failure is a zero reward, counted
+        return Verdict(0.0, f"verifier error: {type(err).__name__}"), True

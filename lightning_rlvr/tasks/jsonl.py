@@ -1,0 +1,112 @@
+"""Question/answer rows from local JSONL, JSON, CSV or parquet files through ``datasets``.
+
+The column mapping is configuration, so GSM8K- or MATH-shaped files load
+without conversion. Every row is checked when the task is built: a row with a
+missing or empty answer is an error that names the file and the row, before
+any training starts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.tasks.base import Problem, Task, Verdict
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def normalise_answer(text: str) -> str:
+    """Strip spaces, thousands separators, a trailing period and ``####``-style prefixes."""
+    text = text.strip().split("####")[-1].strip().rstrip(".")
+    return text.replace(",", "").replace(" ", "").lower()
+
+
+def last_answer(completion: str) -> str | None:
+    """The text after the last ``answer:`` if present, else the last number in the completion."""
+    if "answer:" in completion:
+        tail = completion.rsplit("answer:", 1)[1].strip()
+        return tail.splitlines()[0] if tail else None
+    numbers = _NUMBER.findall(completion)
+    return numbers[-1] if numbers else None
+
+
+def load_rows(path: str, fields: list[str]) -> list[dict]:
+    """Rows of a local file with the given fields, each checked to be present and non-empty."""
+    from datasets import load_dataset
+
+    file = Path(path)
+    if not file.is_file():
+        raise RLVRError(f"data file not found: {path}")
+    fmt = _FORMATS.get(file.suffix)
+    if fmt is None:
+        raise RLVRError(f"{path}: unsupported extension {file.suffix!r}; use one of {sorted(_FORMATS)}")
+    try:
+        rows = load_dataset(fmt, data_files=str(file), split="train")
+    except Exception as err:  # noqa: BLE001 - surface as a data error naming the file
+        raise RLVRError(f"{path}: could not be read as {fmt}: {err}") from err
+    missing = [f for f in fields if f not in rows.column_names]
+    if missing:
+        raise RLVRError(f"{path}: no column {missing[0]!r} (columns: {rows.column_names})")
+    out = []
+    for i, row in enumerate(rows):
+        for f in fields:
+            if row[f] is None or str(row[f]).strip() == "":
+                raise RLVRError(f"{path}: row {i} has no {f!r} (missing or empty)")
+        out.append(row)
+    return out
+
+
+class JsonlTask(Task):
+    """Question/answer pairs from local files, one file per split, answers checked by exact match.
+
+    Args:
+        train_file: training rows.
+        test_file: held-out rows (``val`` uses the first ``val_size`` of them unless ``val_file`` is set).
+        val_file: optional separate validation rows.
+        question_field: column holding the prompt.
+        answer_field: column holding the reference answer.
+        solution_field: optional column with a worked solution (used by the warm start).
+        template: how a question becomes a prompt; ``{question}`` is replaced.
+    """
+
+    def __init__(
+        self,
+        train_file: str,
+        test_file: str,
+        val_file: str | None = None,
+        question_field: str = "question",
+        answer_field: str = "answer",
+        solution_field: str | None = None,
+        template: str = "{question}",
+    ) -> None:
+        self.fields = {"question": question_field, "answer": answer_field, "solution": solution_field}
+        self.template = template
+        needed = [question_field, answer_field] + ([solution_field] if solution_field else [])
+        self._rows = {
+            "train": load_rows(train_file, needed),
+            "test": load_rows(test_file, needed),
+        }
+        self._rows["val"] = load_rows(val_file, needed) if val_file else self._rows["test"]
+
+    def size(self, split: str) -> int | None:
+        return len(self._rows[split])
+
+    def problem(self, split: str, index: int) -> Problem:
+        row = self._rows[split][index]
+        sol = self.fields["solution"]
+        return Problem(
+            prompt=self.template.format(question=row[self.fields["question"]]),
+            answer=str(row[self.fields["answer"]]),
+            solution=str(row[sol]) if sol else None,
+            meta={"row": index},
+        )
+
+    def check(self, completion: str, problem: Problem) -> Verdict:
+        got = last_answer(completion)
+        if got is None:
+            return Verdict(0.0, "no answer found")
+        ok = normalise_answer(got) == normalise_answer(problem.answer)
+        return Verdict(float(ok), "correct" if ok else f"wrong answer {got.strip()}")
