@@ -58,7 +58,9 @@ class RLVRDataModule(LightningDataModule):
         eval_batch_size: prompts per evaluation batch.
     """
 
-    def __init__(self, batch_size: int = 16, val_size: int = 256, test_size: int = 256, eval_batch_size: int = 64):
+    def __init__(
+        self, batch_size: int = 16, val_size: int = 256, test_size: int = 256, eval_batch_size: int = 64
+    ):
         super().__init__()
         self.batch_size = batch_size
         self.val_size = val_size
@@ -75,7 +77,9 @@ class RLVRDataModule(LightningDataModule):
         return DataLoader(stream, batch_size=None, collate_fn=_as_list)
 
     def _eval_loader(self, split: str, n: int) -> DataLoader:
-        return DataLoader(SplitDataset(self.task, split, n), batch_size=self.eval_batch_size, collate_fn=_as_list)
+        return DataLoader(
+            SplitDataset(self.task, split, n), batch_size=self.eval_batch_size, collate_fn=_as_list
+        )
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("val", self.val_size)

@@ -182,7 +182,9 @@ class RLVRModule(LightningModule):
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.warm_start is not None and self.warm_start_summary is None:
-            self.warm_start_summary = self.warm_start.run(self.model, self.tokenizer, self.policy_source, self.task)
+            self.warm_start_summary = self.warm_start.run(
+                self.model, self.tokenizer, self.policy_source, self.task
+            )
         if self.kl_beta > 0 and not self.lora and not self._reference:
             ref = copy.deepcopy(self.model).eval().requires_grad_(False)
             self._reference.append(ref)
@@ -290,7 +292,13 @@ class RLVRModule(LightningModule):
         N = rollout.num_rows
         input_ids, attn = rollout.input_ids, rollout.attention_mask  # [N, P + T]
         targets, mask = rollout.completion_ids, rollout.completion_mask.float()  # [N, T]
-        totals: dict[str, float] = {"clip_frac": 0.0, "entropy": 0.0, "kl": 0.0, "loss": 0.0, "grad_norm": 0.0}
+        totals: dict[str, float] = {
+            "clip_frac": 0.0,
+            "entropy": 0.0,
+            "kl": 0.0,
+            "loss": 0.0,
+            "grad_norm": 0.0,
+        }
         n_updates = 0
         for _ in range(self.ppo_epochs):
             order = torch.randperm(N, device=self.device) if self.minibatches > 1 else torch.arange(N)
@@ -303,7 +311,9 @@ class RLVRModule(LightningModule):
                     logits = causal_lm_forward(self.model, input_ids[rows], attn[rows]).logits[:, P - 1 : -1]
                     logp = token_logprobs(logits, targets[rows])  # [m, T]
                     old = old_logp[rows] if old_logp is not None else logp.detach()
-                    tok_loss, clipped = clipped_surrogate(logp, old, advantages[rows], self.eps_low, self.eps_high)
+                    tok_loss, clipped = clipped_surrogate(
+                        logp, old, advantages[rows], self.eps_low, self.eps_high
+                    )
                     if ref_logp is not None:
                         kl = kl_k3(logp, ref_logp[rows])
                         tok_loss = tok_loss + self.kl_beta * kl

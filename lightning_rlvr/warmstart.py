@@ -113,7 +113,9 @@ class WarmStart:
             if p.solution is None:
                 raise RLVRError(f"{type(task).__name__} has no worked solutions; disable model.warm_start")
             prompt = tokenizer(p.prompt, add_special_tokens=False)["input_ids"]
-            completion = tokenizer(p.solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            completion = tokenizer(p.solution, add_special_tokens=False)["input_ids"] + [
+                tokenizer.eos_token_id
+            ]
             ids.append(prompt + completion)
             labels.append([-100] * len(prompt) + completion)
         length = max(map(len, ids))
