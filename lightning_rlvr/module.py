@@ -237,9 +237,9 @@ class RLVRModule(LightningModule):
         t1 = time.perf_counter()
         errors = self.verify(rollout)
         self.verifier_errors += errors
-        scorer = Scorer(self.model, rollout, self.micro_batch_size)
+        scorer = Scorer(self.model, rollout, self.tokenizer, self.micro_batch_size)
         if self.ppo_epochs > 1 or self.minibatches > 1:  # the update needs rollout-time log-probs
-            scorer.policy(hidden=getattr(self.credit, "uses_hidden_states", False))
+            scorer.policy(hidden=self.credit.uses_hidden_states)
         t2 = time.perf_counter()
         credit = self.credit.assign(rollout, scorer)
         t3 = time.perf_counter()

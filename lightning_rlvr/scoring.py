@@ -83,19 +83,28 @@ class Scorer:
     Args:
         model: the policy (its weights must not change while the scorer is used).
         rollout: the sampled batch.
+        tokenizer: the policy's tokenizer (``encode`` turns template text into context ids).
         micro_batch_size: rows (or views) per forward pass.
         cache_bytes: full next-token distributions of the rollout are kept for
             ``compare`` when they fit in this many bytes, else recomputed per micro-batch.
     """
 
-    def __init__(self, model, rollout: Rollout, micro_batch_size: int = 64, cache_bytes: int = 2**28) -> None:
+    def __init__(
+        self, model, rollout: Rollout, tokenizer=None, micro_batch_size: int = 64, cache_bytes: int = 2**28
+    ) -> None:
         self.model = model
         self.rollout = rollout
+        self.tokenizer = tokenizer
         self.micro_batch_size = micro_batch_size
         self.cache_bytes = cache_bytes
         self._pass: PolicyPass | None = None
         self._student_logp: Tensor | None = None  # [N, T, V] when it fits in cache_bytes
         self.forward_tokens = 0  # tokens run through the model by this scorer (extra cost to log)
+
+    def encode(self, text: str) -> Tensor:
+        """Token ids of ``text`` (no special tokens) on the rollout's device: [L]."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return torch.tensor(ids, dtype=torch.long, device=self.rollout.completion_ids.device)
 
     # ------------------------------------------------------------------ policy pass
     @torch.no_grad()

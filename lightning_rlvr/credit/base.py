@@ -45,6 +45,8 @@ class CreditAssigner(Callback):
         scale_by_std: divide group-centred rewards by the group's std (GRPO) or not (Dr. GRPO).
     """
 
+    uses_hidden_states = False  # True makes the scorer's policy pass also keep last-layer hidden states
+
     def __init__(self, scale_by_std: bool = True) -> None:
         self.scale_by_std = scale_by_std
 
