@@ -54,9 +54,23 @@ def main(args: list[str] | None = None) -> RLVRCLI | None:
             args=args,
             auto_configure_optimizers=False,
         )
-    except RLVRError as err:
-        sys.stderr.write(f"lightning-rlvr: error: {err}\n")
+    except Exception as err:
+        user_error = _user_error(err)
+        if user_error is None:
+            raise
+        sys.stderr.write(f"lightning-rlvr: error: {user_error}\n")
         raise SystemExit(2) from None
+
+
+def _user_error(err: BaseException) -> RLVRError | None:
+    """The ``RLVRError`` behind ``err``, also when jsonargparse re-raised it as a parsing error."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, RLVRError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,44 @@
+"""Shared test fixtures: an isolated warm-start cache and an in-process CLI runner."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
+TINY = str(REPO / "tests" / "configs" / "tiny.yaml")
+
+torch.set_num_threads(1)  # tiny models: threads cost more than they give on 2 cores
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """Warm starts are cached per test session, never in the user's home."""
+    os.environ["LIGHTNING_RLVR_CACHE"] = str(tmp_path_factory.mktemp("rlvr_cache"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture
+def run_cli(tmp_path):
+    """Run ``lightning-rlvr`` in this process at test scale; returns the CLI object."""
+    from lightning_rlvr.cli import main
+
+    def run(subcommand: str, *extra: str, configs: tuple[str, ...] = (QUICKSTART, TINY), root=None):
+        root = Path(root or tmp_path)
+        args = [subcommand]
+        for c in configs:
+            args += ["--config", c]
+        args += [
+            "--trainer.logger.init_args.save_dir",
+            str(root / "runs"),
+            "--trainer.default_root_dir",
+            str(root),
+        ]
+        return main(args + list(extra))
+
+    return run

@@ -1,0 +1,119 @@
+"""The scorer's position convention, pinned with a policy whose prediction is a known function of its context.
+
+FakeLM predicts, at every position, a distribution peaked on
+``(sum of the real tokens so far + how many there are) % V``. Any off-by-one
+in where completion tokens are read, or any leak of padding into the
+context, changes the numbers.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+
+from lightning_rlvr.rollout import Rollout, completion_mask_from_ids
+from lightning_rlvr.scoring import Scorer, left_pad
+from lightning_rlvr.tasks.base import Problem
+
+V = 8
+PAD, EOS = 0, 1
+
+
+class FakeLM(torch.nn.Module):
+    def forward(
+        self, input_ids, attention_mask, position_ids=None, output_hidden_states=False, use_cache=False
+    ):
+        real = input_ids * attention_mask
+        key = (real.cumsum(-1) + attention_mask.cumsum(-1)) % V  # [n, L]
+        logits = 3.0 * F.one_hot(key, V).float() + 0.1 * position_ids.unsqueeze(-1).float()
+        hidden = (key.float().unsqueeze(-1) * torch.ones(1, 1, 4)) if output_hidden_states else None
+        return SimpleNamespace(logits=logits, hidden_states=(hidden,) if hidden is not None else None)
+
+
+def expected_logprobs(context: list[int], tokens: list[int]) -> list[torch.Tensor]:
+    """Next-token log-probs for each of ``tokens`` after ``context``, computed one sequence at a time."""
+    out = []
+    for t in range(len(tokens)):
+        seq = context + tokens[:t]
+        key = (sum(seq) + len(seq)) % V
+        logits = 3.0 * F.one_hot(torch.tensor(key), V).float() + 0.1 * (len(seq) - 1)
+        out.append(F.log_softmax(logits, -1))
+    return out
+
+
+def make_rollout(prompts: list[list[int]], completions: list[list[int]]) -> Rollout:
+    p_ids, p_mask = left_pad([torch.tensor(p) for p in prompts], PAD)
+    T = max(map(len, completions))
+    c_ids = torch.full((len(completions), T), PAD)
+    for i, c in enumerate(completions):
+        c_ids[i, : len(c)] = torch.tensor(c)
+    return Rollout(
+        prompt_ids=p_ids,
+        prompt_mask=p_mask,
+        completion_ids=c_ids,
+        completion_mask=completion_mask_from_ids(c_ids, EOS) * (c_ids != PAD).long(),
+        group=torch.arange(len(prompts)),
+        problems=[Problem(prompt=str(p), answer="") for p in prompts],
+        completions=[""] * len(prompts),
+        pad_id=PAD,
+        eos_id=EOS,
+        rewards=torch.zeros(len(prompts)),
+    )
+
+
+PROMPTS = [[3, 4, 5], [6, 2]]
+COMPLETIONS = [[2, 7, 3, EOS], [5, 5, EOS]]
+
+
+def test_policy_pass_reads_each_completion_token_at_its_own_position():
+    rollout = make_rollout(PROMPTS, COMPLETIONS)
+    scorer = Scorer(FakeLM(), rollout, micro_batch_size=1)
+    logp = scorer.policy().logp
+    for i, (p, c) in enumerate(zip(PROMPTS, COMPLETIONS)):
+        exp = expected_logprobs(p, c)
+        for t, tok in enumerate(c):
+            torch.testing.assert_close(logp[i, t], exp[t][tok])
+
+
+def test_compare_under_own_prompt_gives_zero_divergence():
+    rollout = make_rollout(PROMPTS, COMPLETIONS)
+    scorer = Scorer(FakeLM(), rollout)
+    kl = lambda teacher, student: (teacher.exp() * (teacher - student)).sum(-1)
+    d = scorer.compare([torch.tensor(p) for p in PROMPTS], [0, 1], kl)
+    torch.testing.assert_close(d, torch.zeros_like(d))
+
+
+def test_compare_scores_the_same_tokens_under_another_context():
+    rollout = make_rollout(PROMPTS, COMPLETIONS)
+    scorer = Scorer(FakeLM(), rollout, micro_batch_size=2, cache_bytes=0)  # no cache: recompute students
+    contexts = [torch.tensor([7, 7, 1, 2, 3]), torch.tensor([4])]
+    teacher = scorer.compare(contexts, [1, 0], lambda t, s: t, spans=[(1, 3), (0, 4)])  # [N, T, V]
+    for row, ctx, (start, end) in [(1, [7, 7, 1, 2, 3], (1, 3)), (0, [4], (0, 4))]:
+        exp = expected_logprobs(ctx, COMPLETIONS[row])
+        for t in range(start, end):
+            torch.testing.assert_close(teacher[row, t], exp[t])
+    assert torch.equal(teacher[1, 0], torch.zeros(V))  # outside the span stays 0
+    student = scorer.compare(contexts, [1, 0], lambda t, s: s)
+    for row in (0, 1):
+        exp = expected_logprobs(PROMPTS[row], COMPLETIONS[row])
+        for t in range(len(COMPLETIONS[row])):
+            torch.testing.assert_close(student[row, t], exp[t])
+
+
+def test_sequence_logprobs_of_trailing_targets():
+    rollout = make_rollout(PROMPTS, COMPLETIONS)
+    scorer = Scorer(FakeLM(), rollout)
+    seqs = [torch.tensor([3, 4, 5, 6, 2]), torch.tensor([1, 2])]
+    got = scorer.sequence_logprobs(seqs, [2, 1])
+    exp0 = expected_logprobs([3, 4, 5], [6, 2])
+    torch.testing.assert_close(got[0], torch.stack([exp0[0][6], exp0[1][2]]))
+    torch.testing.assert_close(got[1], expected_logprobs([1], [2])[0][2].reshape(1))
+
+
+def test_hidden_states_align_with_log_probs():
+    rollout = make_rollout(PROMPTS, COMPLETIONS)
+    hidden = Scorer(FakeLM(), rollout).policy(hidden=True).hidden  # [N, T, 4]
+    seq = PROMPTS[1]  # the state that predicts completion token 0 is the last prompt position
+    assert hidden[1, 0, 0].item() == (sum(seq) + len(seq)) % V
