@@ -37,10 +37,12 @@ from torch import Tensor
 
 from lightning_rlvr.credit.base import CreditAssigner
 from lightning_rlvr.credit.grpo import GRPOCredit
+from lightning_rlvr.dynamic_sampling import EXTRA_OFFSET, DynamicSampling
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.metrics import PassAtK
 from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
 from lightning_rlvr.objectives import clipped_surrogate, kl_k3, loss_weights, zero_std_groups
+from lightning_rlvr.rewards.overlong import RewardShaper
 from lightning_rlvr.rollout import Rollout, sample
 from lightning_rlvr.scoring import Scorer, causal_lm_forward, entropy_from_logits, token_logprobs
 from lightning_rlvr.tasks.addition import AdditionTask
@@ -91,6 +93,8 @@ class RLVRModule(LightningModule):
         credit: the credit-assignment method (default: ``GRPOCredit``).
         warm_start: supervised warm start before RL (fit only; cached on disk).
         lora: ``peft.LoraConfig`` fields; when set only adapters train.
+        reward_shaping: applied in order to the verifier's rewards (e.g. DAPO's ``OverlongPenalty``).
+        dynamic_sampling: keep only informative groups, sampling more prompts (DAPO).
         group_size: completions per prompt (G).
         max_new_tokens: completion budget (L_max).
         temperature: sampling temperature for rollouts and evaluation.
@@ -120,6 +124,8 @@ class RLVRModule(LightningModule):
         credit: CreditAssigner | None = None,
         warm_start: WarmStart | None = None,
         lora: dict[str, Any] | None = None,
+        reward_shaping: list[RewardShaper] | None = None,
+        dynamic_sampling: DynamicSampling | None = None,
         group_size: int = 8,
         max_new_tokens: int = 48,
         temperature: float = 1.0,
@@ -154,6 +160,8 @@ class RLVRModule(LightningModule):
         if lora:
             self.model = apply_lora(self.model, lora)
         self.lora = lora
+        self.reward_shaping = list(reward_shaping or [])
+        self.dynamic_sampling = dynamic_sampling
         self.group_size = group_size
         self.max_new_tokens = max_new_tokens
         self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
@@ -215,6 +223,37 @@ class RLVRModule(LightningModule):
         """Sample ``group_size`` completions per problem (one batched ``generate``)."""
         return sample(self.model, self.tokenizer, problems, group_size, self.max_new_tokens, **self.sampling)
 
+    def collect(self, problems: list[Problem]) -> tuple[Rollout, int, dict[str, float]]:
+        """Sample and verify (with dynamic sampling when configured), then shape the rewards.
+
+        Returns the rollout, the number of verifier errors and sampling statistics.
+        """
+        errors, verify_s = 0, 0.0
+
+        def draw(batch: list[Problem]) -> Rollout:
+            nonlocal errors, verify_s
+            rollout = self.rollout(batch, self.group_size)
+            t = time.perf_counter()
+            errors += self.verify(rollout)
+            verify_s += time.perf_counter() - t
+            return rollout
+
+        if self.dynamic_sampling is None:
+            rollout, stats = draw(problems), {}
+        else:
+            B, rounds = len(problems), self.dynamic_sampling.max_rounds
+            base = EXTRA_OFFSET + self.rl_step * rounds * B  # a stream the main one never reaches
+
+            def more(k: int) -> list[Problem]:
+                return [self.task.train_problem(base + (k - 1) * B + i) for i in range(B)]
+
+            rollout, stats = self.dynamic_sampling.collect(problems, draw, more)
+        stats["accuracy"] = float((rollout.rewards > 0.5).float().mean())
+        for shaper in self.reward_shaping:
+            rollout.rewards = shaper(rollout.rewards, rollout.lengths)
+        stats["verify_s"] = verify_s
+        return rollout, errors, stats
+
     def verify(self, rollout: Rollout) -> int:
         """Fill ``rollout.rewards`` and ``feedback``; returns the number of verifier errors."""
         rewards, feedback, errors = [], [], 0
@@ -233,9 +272,9 @@ class RLVRModule(LightningModule):
             _restore_rng(self._pending_rng)
             self._pending_rng = None
         t0 = time.perf_counter()
-        rollout = self.rollout(batch, self.group_size)  # N = B * G rows
-        t1 = time.perf_counter()
-        errors = self.verify(rollout)
+        rollout, errors, sampling = self.collect(batch)  # N = B * G rows, rewards verified and shaped
+        verify_s = sampling.pop("verify_s")
+        t1 = time.perf_counter() - verify_s  # generation ends here; verification counts as scoring
         self.verifier_errors += errors
         scorer = Scorer(self.model, rollout, self.tokenizer, self.micro_batch_size)
         if self.ppo_epochs > 1 or self.minibatches > 1:  # the update needs rollout-time log-probs
@@ -257,12 +296,12 @@ class RLVRModule(LightningModule):
             "train/completion_len": lengths.mean(),
             "train/verifier_errors": float(errors),
             "time/rollout_s": t1 - t0,
-            "time/score_s": t2 - t1,
+            "time/score_s": t2 - t1,  # verifier + rollout-time log-prob pass when the update needs it
             "time/credit_s": t3 - t2,
             "time/update_s": t4 - t3,
             "perf/tokens_per_s": float(lengths.sum()) / max(t1 - t0, 1e-9),
             "perf/extra_forward_tokens": float(scorer.forward_tokens),
-            **{f"train/{k}": v for k, v in stats.items()},
+            **{f"train/{k}": v for k, v in {**sampling, **stats}.items()},
             **{f"credit/{k}": v for k, v in credit.metrics.items()},
         }
         self.log("train/reward", rollout.rewards.mean(), prog_bar=True, batch_size=len(batch), logger=False)

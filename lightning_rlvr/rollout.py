@@ -139,3 +139,34 @@ def sample(
         pad_id=tokenizer.pad_token_id,
         eos_id=tokenizer.eos_token_id,
     )
+
+
+def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
+    """One rollout from several (e.g. sampling rounds): prompts re-padded left, completions right."""
+    if len(rollouts) == 1:
+        return rollouts[0]
+    first = rollouts[0]
+    P = max(r.prompt_ids.shape[1] for r in rollouts)
+    T = max(r.completion_ids.shape[1] for r in rollouts)
+
+    def pad(t: Tensor, width: int, value: int, left: bool) -> Tensor:
+        extra = width - t.shape[1]
+        return torch.nn.functional.pad(t, (extra, 0) if left else (0, extra), value=value)
+
+    groups, total = [], 0
+    for r in rollouts:
+        groups.append(r.group + total)
+        total += len(r.problems)
+    return Rollout(
+        prompt_ids=torch.cat([pad(r.prompt_ids, P, first.pad_id, True) for r in rollouts]),
+        prompt_mask=torch.cat([pad(r.prompt_mask, P, 0, True) for r in rollouts]),
+        completion_ids=torch.cat([pad(r.completion_ids, T, first.pad_id, False) for r in rollouts]),
+        completion_mask=torch.cat([pad(r.completion_mask, T, 0, False) for r in rollouts]),
+        group=torch.cat(groups),
+        problems=[p for r in rollouts for p in r.problems],
+        completions=[c for r in rollouts for c in r.completions],
+        pad_id=first.pad_id,
+        eos_id=first.eos_id,
+        rewards=None if first.rewards is None else torch.cat([r.rewards for r in rollouts]),
+        feedback=[f for r in rollouts for f in r.feedback],
+    )

@@ -121,3 +121,17 @@ def test_row_without_answer_is_one_clear_error(run_cli, tmp_path, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "train.jsonl: row 1 has no 'answer'" in err and "Traceback" not in err
+
+
+METHODS = sorted((REPO / "configs" / "method").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda p: p.stem)
+def test_every_method_fits_at_test_scale(method, run_cli, tmp_path):
+    cli = run_cli("fit", configs=(QUICKSTART, str(method), TINY))
+    assert cli.model.rl_step == 2
+    rows = [r for r in metrics_rows(tmp_path) if r.get("train/reward_mean")]
+    assert len(rows) == 2
+    for r in rows:
+        assert float(r["train/skipped_updates"]) == 0.0
+        assert torch.isfinite(torch.tensor(float(r["train/grad_norm"])))

@@ -1,0 +1,103 @@
+"""DAPO's dynamic sampling: train only on groups that carry a learning signal.
+
+A group whose G rollouts are all correct or all wrong has zero GRPO advantage
+and only dilutes the batch. Dynamic sampling keeps the groups with
+``0 < #correct < G`` and draws further prompts, in rounds, until B such
+groups are collected. The number of extra rounds is bounded; when the bound
+is hit the batch is filled with uninformative groups (they add no gradient)
+and a warning says how many were missing, or, with ``on_shortfall="error"``,
+training stops with that message.
+
+Extra prompts come from a part of the training stream that the main stream
+never reaches, indexed by (RL step, round), so a resumed run draws the same
+ones and no extra state needs checkpointing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.rollout import Rollout, concat_rollouts
+from lightning_rlvr.tasks.base import Problem
+
+log = logging.getLogger(__name__)
+EXTRA_OFFSET = 2**40  # where extra prompts are read from the training stream
+
+
+def informative_groups(correct: Tensor, group: Tensor) -> Tensor:
+    """[num_groups] bool: groups with at least one correct and one incorrect rollout."""
+    n_groups = int(group.max()) + 1
+    n_correct = torch.zeros(n_groups, device=correct.device).index_add_(0, group, correct.float())
+    size = torch.bincount(group, minlength=n_groups).to(correct.device)
+    return (n_correct > 0) & (n_correct < size)
+
+
+class DynamicSampling:
+    """Keep informative groups, sampling more prompts until the batch is full.
+
+    Args:
+        max_rounds: extra generation rounds allowed per step (each draws B new prompts).
+        on_shortfall: ``fill`` the batch with uninformative groups (warns) or raise an ``error``.
+        threshold: a rollout is correct when its verifier reward exceeds this.
+    """
+
+    def __init__(
+        self, max_rounds: int = 3, on_shortfall: Literal["fill", "error"] = "fill", threshold: float = 0.5
+    ) -> None:
+        self.max_rounds = max_rounds
+        self.on_shortfall = on_shortfall
+        self.threshold = threshold
+
+    def collect(
+        self,
+        problems: list[Problem],
+        draw: Callable[[list[Problem]], Rollout],
+        more: Callable[[int], list[Problem]],
+    ) -> tuple[Rollout, dict[str, float]]:
+        """``draw`` samples and verifies a list of problems; ``more(round)`` gives B new problems."""
+        B = len(problems)
+        kept: list[Rollout] = []
+        spare: list[Rollout] = []  # uninformative groups, used only to fill a short batch
+        n_kept, n_seen, rounds = 0, 0, 0
+        batch = problems
+        while True:
+            rollout = draw(batch)
+            good = informative_groups(rollout.rewards > self.threshold, rollout.group)  # [B]
+            n_seen += len(good)
+            take = good.nonzero().flatten()[: B - n_kept]
+            if len(take):
+                kept.append(rollout.index_select(_rows_of(rollout, take)))
+                n_kept += len(take)
+            bad = (~good).nonzero().flatten()
+            if len(bad):
+                spare.append(rollout.index_select(_rows_of(rollout, bad)))
+            if n_kept == B or rounds == self.max_rounds:
+                break
+            rounds += 1
+            batch = more(rounds)
+        stats = {"dynamic_rounds": float(rounds), "groups_kept_frac": n_kept / max(n_seen, 1)}
+        if n_kept < B:
+            msg = (
+                f"dynamic sampling found {n_kept} of {B} informative groups in {rounds + 1} rounds "
+                f"({n_seen} groups sampled); raise max_rounds or check the task's difficulty"
+            )
+            if self.on_shortfall == "error":
+                raise RLVRError(msg)
+            log.warning("%s; filling with uninformative groups", msg)
+            filler = concat_rollouts(spare)
+            need = B - n_kept
+            kept.append(filler.index_select(_rows_of(filler, torch.arange(need, device=filler.group.device))))
+        stats["dynamic_shortfall"] = float(B - n_kept)
+        return concat_rollouts(kept), stats
+
+
+def _rows_of(rollout: Rollout, groups: Tensor) -> Tensor:
+    """Row indices of ``groups`` (in order), for ``Rollout.index_select``."""
+    G = rollout.group_size
+    return (groups[:, None] * G + torch.arange(G, device=groups.device)).flatten()
