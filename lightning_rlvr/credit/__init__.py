@@ -3,6 +3,16 @@
 from lightning_rlvr.credit.base import Credit, CreditAssigner
 from lightning_rlvr.credit.dr_grpo import DrGRPOCredit
 from lightning_rlvr.credit.grpo import GRPOCredit
+from lightning_rlvr.credit.hsd import HSDCredit
 from lightning_rlvr.credit.rredcot import RREDCoTCredit
+from lightning_rlvr.credit.sc_grpo import SCGRPOCredit
 
-__all__ = ["Credit", "CreditAssigner", "DrGRPOCredit", "GRPOCredit", "RREDCoTCredit"]
+__all__ = [
+    "Credit",
+    "CreditAssigner",
+    "DrGRPOCredit",
+    "GRPOCredit",
+    "HSDCredit",
+    "RREDCoTCredit",
+    "SCGRPOCredit",
+]

@@ -1,0 +1,194 @@
+"""HSD: hindsight self-distillation from a successful peer of the same group.
+
+The teacher is the same policy, without gradient, conditioned on a successful
+peer rollout of the current group plus the reference answer; when the group
+has no success, on the reference answer alone (METHODS.md section 4). No
+extra sampling: the peer is already in the batch. The student is the policy
+on the rollout's own prompt. Per completion token t of a distilled rollout o_i:
+
+    P_t = pi(. | teacher ctx, o_{i,<t})   (stored at rollout time, no grad)
+    Q_t = pi_theta(. | x, o_{i,<t})       (the current policy, with grad)
+    D_t = JSD_beta(P_t, Q_t) = beta KL(P || M) + (1 - beta) KL(Q || M),  M = beta P + (1 - beta) Q
+    loss = PG loss (plain GRPO advantages) + lambda * agg_t min(D_t, clip)
+
+with beta = 0.5 (D in [0, ln 2]), clip = 0.05, lambda = 1, applied to failed
+rollouts by default (``apply_to="all"`` distils every rollout) [proposed].
+``agg`` is the module's loss aggregation (seq mean by default), i.e. the
+token mean. Clipping makes tokens whose divergence exceeds ``clip`` stop
+pushing (zero gradient), so a few wildly different tokens cannot dominate;
+credit concentrates where the failed rollout first departs from its peer,
+which ``first_div_pos_mean`` and ``jsd_mass_after_div`` track.
+
+``assign`` runs every teacher view through one ``Scorer.compare`` call that
+returns the per-token JSD together with the teacher's full log-probs, kept
+[n, T, V] for the distilled rows; ``token_loss``
+compares them with the student's current logits in each update.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lightning_rlvr.credit.base import Credit
+from lightning_rlvr.credit.self_conditioned import (
+    ContextTemplate,
+    SelfConditionedCredit,
+    first_divergence,
+    generalized_jsd,
+    span_mask,
+)
+from lightning_rlvr.rollout import Rollout
+from lightning_rlvr.scoring import Scorer
+
+DEFAULT_PEER_TEMPLATE = (
+    "{prompt}\nA successful solution to this problem follows; use it as a reference.\n"
+    "<reference>\n{reference}\n</reference>\nThe correct final answer is {answer}."
+)
+DEFAULT_ANSWER_TEMPLATE = "{prompt}\nThe correct final answer is {answer}."
+
+
+class HSDCredit(SelfConditionedCredit):
+    """Hindsight self-distillation (see the module docstring).
+
+    Args:
+        peer_template: teacher context with a successful peer; placeholders ``{prompt}``,
+            ``{reference}`` (the peer's completion ids), ``{answer}`` (``problem.answer``) [proposed].
+        answer_template: teacher context when no peer success exists (``{prompt}``, ``{answer}``).
+        distill_coef: lambda, the weight of the distillation term [proposed: 1].
+        beta: skew of the JSD [proposed: 0.5, the symmetric JSD].
+        clip: per-token clip of the JSD [proposed: 0.05].
+        apply_to: ``failed`` (rollouts that are not correct) or ``all`` [proposed: failed].
+        seed: peer-choice generator seed (checkpointed).
+        correct_threshold: reward above which a rollout is a success.
+        scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages for the PG part.
+    """
+
+    def __init__(
+        self,
+        peer_template: str = DEFAULT_PEER_TEMPLATE,
+        answer_template: str = DEFAULT_ANSWER_TEMPLATE,
+        distill_coef: float = 1.0,
+        beta: float = 0.5,
+        clip: float = 0.05,
+        apply_to: Literal["failed", "all"] = "failed",
+        seed: int = 0,
+        correct_threshold: float = 0.5,
+        scale_by_std: bool = True,
+    ) -> None:
+        super().__init__(seed=seed, correct_threshold=correct_threshold, scale_by_std=scale_by_std)
+        if apply_to not in ("failed", "all"):
+            raise ValueError(f"apply_to must be 'failed' or 'all', got {apply_to!r}")
+        if not 0.0 < beta < 1.0:
+            raise ValueError(f"beta must lie in (0, 1), got {beta}")
+        self.peer_template = ContextTemplate(peer_template)
+        self.answer_template = ContextTemplate(answer_template)
+        if "reference" in self.answer_template.fields:
+            raise ValueError("the answer-only template cannot contain {reference}")
+        self.distill_coef = distill_coef
+        self.beta = beta
+        self.clip = clip
+        self.apply_to = apply_to
+        self._teacher: Tensor | None = None  # [n, T, V] teacher log-probs of the distilled rows
+        self._slot: Tensor | None = None  # [N] row -> index into _teacher, -1 without the term
+
+    def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
+        self._teacher, self._slot = None, None
+        N, T = rollout.completion_ids.shape
+        mask = rollout.completion_mask.float()  # [N, T]
+        adv = self.group_advantages(rollout)  # [N]
+        correct = self.correct(rollout)
+        lengths = rollout.lengths.tolist()
+
+        # ---- which rows get the term, under which teacher context
+        rows: list[int] = []
+        templates: list[ContextTemplate] = []
+        refs: list[int | None] = []
+        for members in self.group_rows(rollout):
+            good = [j for j in members if correct[j]]
+            for i in members:
+                if (self.apply_to == "failed" and correct[i]) or lengths[i] == 0:
+                    continue
+                peers = [j for j in good if j != i]
+                rows.append(i)
+                if peers:
+                    templates.append(self.peer_template)
+                    refs.append(self.peers.choice(peers))
+                else:  # no other success in the group: answer-only teacher
+                    templates.append(self.answer_template)
+                    refs.append(None)
+
+        # ---- one batched teacher pass returning, per token, the JSD and the teacher's distribution
+        def jsd_and_teacher(teacher: Tensor, student: Tensor) -> Tensor:  # [m, S, V] x2 -> [m, S, 1 + V]
+            return torch.cat([generalized_jsd(teacher, student, self.beta)[..., None], teacher], dim=-1)
+
+        both = self.teacher_scores(scorer, rollout, rows, templates, refs, jsd_and_teacher)  # [N, T, 1 + V]
+        jsd = both[..., 0] if both.dim() == 3 else both  # [N, T] unclipped
+        if rows:
+            self._store(rollout, rows, both[..., 1:], lengths)
+        active = span_mask(rollout, rows, [(0, lengths[i]) for i in rows])  # [N, T] distilled tokens
+
+        # ---- metrics
+        d = jsd[active]
+        metrics = {
+            "jsd_mean": float(d.mean()) if d.numel() else math.nan,
+            "frac_clipped": float((d > self.clip).float().mean()) if d.numel() else math.nan,
+            "frac_distilled_rows": len(rows) / max(N, 1),
+            "frac_answer_only": sum(r is None for r in refs) / len(rows) if rows else math.nan,
+        }
+        metrics.update(self._divergence_metrics(rollout, rows, refs, jsd))
+        return Credit(advantages=adv[:, None] * mask, metrics=metrics)
+
+    def _store(self, rollout: Rollout, rows: list[int], teacher: Tensor, lengths: list[int]) -> None:
+        """Keep the teacher log-probs [N, T, V] of the distilled ``rows`` (uniform beyond each completion)."""
+        N, T, V = teacher.shape
+        index = torch.as_tensor(rows, device=teacher.device)
+        store = teacher[index].clone()  # [n, T, V]
+        beyond = (
+            torch.arange(T, device=teacher.device)[None]
+            >= torch.as_tensor([lengths[i] for i in rows], device=teacher.device)[:, None]
+        )  # [n, T]
+        store[beyond] = -math.log(V)
+        slot = torch.full((N,), -1, dtype=torch.long, device=store.device)
+        slot[index] = torch.arange(len(rows), device=store.device)
+        self._teacher, self._slot = store, slot
+
+    def token_loss(self, logits: Tensor, rows: Tensor, rollout: Rollout) -> Tensor | None:
+        """lambda * min(JSD(teacher, student), clip) per token [m, T]; 0 for rows without the term."""
+        if self._teacher is None:
+            return None
+        out = torch.zeros(logits.shape[:2], device=logits.device)  # [m, T]
+        slot = self._slot[rows.to(self._slot.device)].to(logits.device)  # [m]
+        has = slot >= 0
+        if not bool(has.any()):
+            return out
+        student = F.log_softmax(logits[has].float(), dim=-1)  # [k, T, V] with grad
+        teacher = self._teacher[slot[has].to(self._teacher.device)].to(student.device)  # [k, T, V] constant
+        d = generalized_jsd(teacher, student, self.beta).clamp(max=self.clip)  # [k, T]
+        m = rollout.completion_mask[rows[has].to(rollout.completion_mask.device)].to(d.device).float()
+        out[has] = self.distill_coef * d * m
+        return out
+
+    @staticmethod
+    def _divergence_metrics(rollout: Rollout, rows: list[int], refs: list, jsd: Tensor) -> dict:
+        """Where the divergence lands relative to the first token where o_i departs from its peer."""
+        pairs = [(i, p) for i, p in zip(rows, refs) if p is not None]
+        if not pairs:
+            return {
+                "first_div_pos_mean": math.nan,
+                "peak_minus_div_mean": math.nan,
+                "jsd_mass_after_div": math.nan,
+            }
+        a = [i for i, _ in pairs]
+        div = first_divergence(rollout, a, [p for _, p in pairs]).to(jsd.device)  # [n]
+        ja = jsd[torch.as_tensor(a, device=jsd.device)] * rollout.completion_mask[a].to(jsd.device)  # [n, T]
+        after = torch.arange(ja.shape[1], device=jsd.device)[None] >= div[:, None]  # [n, T]
+        return {
+            "first_div_pos_mean": float(div.float().mean()),
+            "peak_minus_div_mean": float((ja.argmax(-1) - div).float().mean()),
+            "jsd_mass_after_div": float((ja * after).sum() / ja.sum().clamp(min=1e-12)),
+        }

@@ -1,0 +1,182 @@
+"""SC-GRPO: self-conditioned GRPO -- token weights from a teacher that has seen a correct peer.
+
+The teacher is the same policy, gradients stopped, with a verified-correct
+rollout tau of the same group placed in its context; teacher and student score
+the same completion prefix o_{i,<t} (METHODS.md section 2). Tokens where the
+informed teacher disagrees most with the student are the ones that matter:
+
+    D_{i,t} = KL(pi(. | teacher ctx, o_{i,<t}) || pi(. | x, o_{i,<t}))    (full vocabulary)
+    f(D)    = D / (D + c),   c = max(q75(D over the step's scored tokens), 1e-4)   in [0, 1)
+
+Routing by n_c = #correct in the group of G:
+
+* 2 <= n_c < G: tau uniform over the correct rollouts other than o_i (a correct
+  o_i gets a *different* correct peer; an incorrect one any correct);
+  A_{i,t} = A_i * f(D_{i,t}) -- a multiplicative weight (the paper reports that
+  KL as an additive loss fails).
+* n_c = 0: no correct peer exists. One random rollout o_r is the reference;
+  s_i = mean f(D_{i,t}) over the first min(|o_i|, |o_r|) tokens;
+  A_div = (s - mean s) / (std s + eps) over the group without o_r; every token
+  of o_i gets alpha * A_div_i (alpha = 0.1); o_r gets 0 [proposed].
+  An all-wrong group, which carries no GRPO signal, thus rewards diversity.
+* n_c = 1 or n_c = G: plain GRPO.
+
+The "micro-batch" of the percentile is the whole step here (one scorer per
+step). Cost: one extra no-grad forward per scored rollout over a longer
+context, all views batched through ``Scorer.compare``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from lightning_rlvr.credit.base import Credit
+from lightning_rlvr.credit.self_conditioned import (
+    ContextTemplate,
+    SelfConditionedCredit,
+    first_divergence,
+    kl_divergence,
+    quantile,
+    span_mask,
+)
+from lightning_rlvr.rollout import Rollout
+from lightning_rlvr.scoring import Scorer
+
+DEFAULT_TEMPLATE = (
+    "{prompt}\nA verified correct solution to this problem follows; use it as a reference.\n"
+    "<reference>\n{reference}\n</reference>"
+)
+
+
+class SCGRPOCredit(SelfConditionedCredit):
+    """SC-GRPO token weights (see the module docstring).
+
+    Args:
+        template: teacher context; ``{prompt}`` = the row's prompt ids, ``{reference}`` = the
+            reference rollout's completion ids [proposed default from METHODS.md].
+        alpha: scale of the diversity advantage in all-wrong groups [proposed].
+        quantile_level: percentile of D that sets c [paper: 0.75].
+        c_min: floor of c [paper: 1e-4].
+        eps: added to the std of s in all-wrong groups.
+        seed: peer-choice generator seed (checkpointed).
+        correct_threshold: reward above which a rollout is correct.
+        scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
+    """
+
+    def __init__(
+        self,
+        template: str = DEFAULT_TEMPLATE,
+        alpha: float = 0.1,
+        quantile_level: float = 0.75,
+        c_min: float = 1e-4,
+        eps: float = 1e-6,
+        seed: int = 0,
+        correct_threshold: float = 0.5,
+        scale_by_std: bool = True,
+    ) -> None:
+        super().__init__(seed=seed, correct_threshold=correct_threshold, scale_by_std=scale_by_std)
+        self.template = ContextTemplate(template)
+        if "reference" not in self.template.fields:
+            raise ValueError("the SC-GRPO template must contain {reference}")
+        self.alpha = alpha
+        self.quantile_level = quantile_level
+        self.c_min = c_min
+        self.eps = eps
+
+    def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
+        mask = rollout.completion_mask.float()  # [N, T]
+        adv = self.group_advantages(rollout)  # [N]
+        correct = self.correct(rollout)
+        lengths = rollout.lengths.tolist()
+
+        # ---- routing: which rows are scored, against which reference, over which span
+        rows: list[int] = []
+        refs: list[int | None] = []
+        spans: list[tuple[int, int]] = []
+        weighted: list[int] = []  # rows of 2 <= n_c < G groups
+        all_wrong: list[tuple[list[int], int]] = []  # (group rows, reference row r)
+        n_groups = {"weighted": 0, "all_wrong": 0, "plain": 0}
+        for members in self.group_rows(rollout):
+            good = [i for i in members if correct[i]]
+            if 2 <= len(good) < len(members):
+                n_groups["weighted"] += 1
+                for i in members:
+                    tau = self.peers.choice([j for j in good if j != i])
+                    rows.append(i)
+                    refs.append(tau)
+                    spans.append((0, lengths[i]))
+                weighted.extend(members)
+            elif not good:
+                n_groups["all_wrong"] += 1
+                r = self.peers.choice(members)
+                for i in members:
+                    if i != r and min(lengths[i], lengths[r]) > 0:
+                        rows.append(i)
+                        refs.append(r)
+                        spans.append((0, min(lengths[i], lengths[r])))
+                all_wrong.append((members, r))
+            else:  # n_c == 1 or n_c == G
+                n_groups["plain"] += 1
+
+        # ---- one batched teacher pass: D_{i,t} = KL(teacher || student)
+        D = self.teacher_scores(
+            scorer, rollout, rows, [self.template] * len(rows), refs, kl_divergence, spans
+        )  # [N, T]
+        active = span_mask(rollout, rows, spans)  # [N, T] scored tokens
+        d_active = D[active]
+        c = (
+            max(float(quantile(d_active, self.quantile_level)), self.c_min)
+            if d_active.numel()
+            else self.c_min
+        )
+        f = D / (D + c)  # [N, T] in [0, 1)
+
+        # ---- advantages
+        token_adv = adv[:, None] * mask  # [N, T] plain GRPO
+        if weighted:
+            w = torch.as_tensor(weighted, device=mask.device)
+            token_adv[w] = adv[w, None] * f[w] * mask[w]
+        for members, r in all_wrong:
+            others = [i for i in members if i != r]
+            token_adv[members] = 0.0
+            if len(others) < 2:
+                continue
+            o = torch.as_tensor(others, device=mask.device)
+            s = (f[o] * active[o]).sum(-1) / active[o].sum(-1).clamp(min=1)  # [G-1]
+            a_div = (s - s.mean()) / (s.std() + self.eps)  # [G-1]
+            token_adv[o] = self.alpha * a_div[:, None] * mask[o]
+
+        # ---- metrics
+        total = max(sum(n_groups.values()), 1)
+        metrics = {f"groups_{k}": v / total for k, v in n_groups.items()}
+        metrics["kl_mean"] = float(d_active.mean()) if d_active.numel() else math.nan
+        metrics["kl_c"] = c
+        wmask = torch.zeros_like(active)
+        if weighted:
+            wmask[torch.as_tensor(weighted, device=mask.device)] = True
+        wmask &= mask.bool()  # [N, T] tokens whose advantage is A_i * f
+        fw = f[wmask]
+        metrics["weight_mean"] = float(fw.mean()) if fw.numel() else math.nan
+        metrics["frac_over_half"] = float((fw > 0.5).float().mean()) if fw.numel() else math.nan
+        for q in (0.1, 0.5, 0.9):
+            metrics[f"weight_p{int(q * 100)}"] = float(quantile(fw, q)) if fw.numel() else math.nan
+        metrics.update(self._divergence_metrics(rollout, rows, refs, weighted, f))
+        return Credit(advantages=token_adv, metrics=metrics)
+
+    @staticmethod
+    def _divergence_metrics(rollout: Rollout, rows: list[int], refs: list, weighted: list[int], f) -> dict:
+        """Where the weight lands relative to the first token where o_i departs from its peer tau."""
+        keep = set(weighted)
+        pairs = [(i, tau) for i, tau in zip(rows, refs) if i in keep]
+        if not pairs:
+            return {"first_div_pos_mean": math.nan, "weight_mass_after_div": math.nan}
+        a = [i for i, _ in pairs]
+        div = first_divergence(rollout, a, [p for _, p in pairs]).to(f.device)  # [n]
+        fa = f[torch.as_tensor(a, device=f.device)] * rollout.completion_mask[a]  # [n, T]
+        after = torch.arange(fa.shape[1], device=f.device)[None] >= div[:, None]  # [n, T]
+        return {
+            "first_div_pos_mean": float(div.float().mean()),
+            "weight_mass_after_div": float((fa * after).sum() / fa.sum().clamp(min=1e-12)),
+        }

@@ -1,0 +1,264 @@
+"""Self-conditioned teachers: the policy, without gradient, shown a rollout of its own group.
+
+SC-GRPO (``sc_grpo.py``) and HSD (``hsd.py``) both compare the policy's
+next-token distributions over a rollout's completion tokens under two contexts:
+
+* student: ``[prompt_i ; o_{i,<t}]`` -- the rollout as it was sampled;
+* teacher: ``[template(prompt_i, o_peer, answer) ; o_{i,<t}]`` -- the same
+  policy with a peer rollout of the group (and/or the reference answer) in
+  its context, so it "knows" a solution while scoring o_i's tokens.
+
+This module holds what the two share:
+
+``ContextTemplate``
+    A template string with the placeholders ``{prompt}``, ``{reference}`` and
+    ``{answer}``, turned into context ids *on token ids*: ``{prompt}`` is the
+    row's own prompt ids (exactly what the student saw), ``{reference}`` the
+    peer's completion ids with its EOS removed (no re-tokenisation of decoded
+    text), ``{answer}`` the encoded ``problem.answer``, and the literal text in
+    between is encoded with ``scorer.encode``. Literal text is encoded piece
+    by piece, so a BPE merge across a placeholder boundary cannot shift the
+    ids of the rollout's own tokens. Other braces in the template are literal.
+    The completion follows the last template token, so the teacher scores
+    completion token t at the position right after ``context + o_{i,<t}``
+    (``Scorer.compare`` pins the alignment).
+
+``PeerSampler``
+    Uniform peer choice from a seeded ``torch.Generator`` (CPU). Its state is
+    part of the assigner's ``state_dict``, so a resumed run draws the same peers.
+
+``SelfConditionedCredit``
+    Base class with the sampler, the success test (``reward > correct_threshold``),
+    the group rows, and ``teacher_scores``: builds every view's context and runs
+    them all through one ``Scorer.compare`` call (batched in micro-batches).
+
+Divergences over the full vocabulary: ``kl_divergence`` (teacher || student) and
+``generalized_jsd`` (beta-skewed Jensen-Shannon; beta = 0.5 is the symmetric JSD
+in [0, ln 2]). ``first_divergence`` gives where a rollout first departs from its peer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from lightning_rlvr.credit.base import CreditAssigner
+from lightning_rlvr.rollout import Rollout
+from lightning_rlvr.scoring import DivergenceFn, Scorer
+
+FIELDS = ("prompt", "reference", "answer")
+_FIELD = re.compile(r"\{(prompt|reference|answer)\}")
+
+
+# ---------------------------------------------------------------------------- divergences
+def kl_divergence(teacher_logp: Tensor, student_logp: Tensor) -> Tensor:
+    """KL(teacher || student) per position over the last (vocabulary) dim: [..., V] -> [...], >= 0."""
+    return (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1).clamp(min=0.0)
+
+
+def generalized_jsd(teacher_logp: Tensor, student_logp: Tensor, beta: float = 0.5) -> Tensor:
+    """beta KL(P || M) + (1 - beta) KL(Q || M), M = beta P + (1 - beta) Q: [..., V] -> [...].
+
+    P = teacher, Q = student. With beta = 0.5 this is the Jensen-Shannon divergence,
+    in [0, ln 2]. Gradients flow through whichever argument requires them.
+    """
+    if not 0.0 < beta < 1.0:
+        raise ValueError(f"beta must lie in (0, 1), got {beta}")
+    mix = torch.logsumexp(
+        torch.stack([teacher_logp + math.log(beta), student_logp + math.log(1.0 - beta)]), dim=0
+    )  # [..., V] log M
+    kl_p = (teacher_logp.exp() * (teacher_logp - mix)).sum(-1)
+    kl_q = (student_logp.exp() * (student_logp - mix)).sum(-1)
+    return (beta * kl_p + (1.0 - beta) * kl_q).clamp(min=0.0)
+
+
+def quantile(values: Tensor, q: float) -> Tensor:
+    """Linear-interpolation quantile of a 1-D tensor (as ``torch.quantile``, without its size limit)."""
+    v = values.float().sort().values
+    pos = q * (v.numel() - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def first_divergence(rollout: Rollout, rows: Sequence[int], peers: Sequence[int]) -> Tensor:
+    """First completion position where ``rows[k]`` differs from ``peers[k]``: [n] long.
+
+    A position differs when the tokens differ or only one of the two is still
+    inside its completion; a rollout identical to its peer gets its length.
+    """
+    r = rollout
+    if len(rows) == 0:
+        return torch.zeros(0, dtype=torch.long)
+    a, b = torch.as_tensor(list(rows)), torch.as_tensor(list(peers))
+    ma, mb = r.completion_mask[a].bool(), r.completion_mask[b].bool()  # [n, T]
+    differ = (ma | mb) & ((r.completion_ids[a] != r.completion_ids[b]) | (ma != mb))  # [n, T]
+    T = differ.shape[1]
+    idx = torch.arange(T, device=differ.device).expand_as(differ)
+    first = torch.where(differ, idx, torch.full_like(idx, T)).min(-1).values  # [n]
+    return torch.minimum(first, r.lengths[a])
+
+
+# ---------------------------------------------------------------------------- contexts
+class ContextTemplate:
+    """A teacher-context template with ``{prompt}``, ``{reference}``, ``{answer}`` placeholders.
+
+    Args:
+        template: the text; each placeholder may appear any number of times (or not at all).
+    """
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        pieces = _FIELD.split(template)  # literal, field, literal, field, ..., literal
+        self.parts: list[tuple[bool, str]] = []  # (is_field, text or field name)
+        for k, piece in enumerate(pieces):
+            if k % 2:
+                self.parts.append((True, piece))
+            elif piece:
+                self.parts.append((False, piece))
+        self.fields = {name for is_field, name in self.parts if is_field}
+
+    def __repr__(self) -> str:
+        return f"ContextTemplate({self.template!r})"
+
+    def build(
+        self,
+        scorer: Scorer,
+        rollout: Rollout,
+        row: int,
+        reference: int | None = None,
+        cache: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        """Context ids [L] for completion ``row`` with peer rollout ``reference``.
+
+        ``cache`` (text -> ids) avoids re-encoding the same literal text for every view.
+        """
+        cache = {} if cache is None else cache
+        device = rollout.completion_ids.device
+        pieces: list[Tensor] = []
+        for is_field, text in self.parts:
+            if not is_field:
+                pieces.append(_encode(scorer, text, cache))
+            elif text == "prompt":
+                pieces.append(rollout.prompt_tokens(row))
+            elif text == "reference":
+                if reference is None:
+                    raise ValueError(f"template {self.template!r} needs a reference rollout")
+                pieces.append(reference_ids(rollout, reference))
+            else:  # answer
+                pieces.append(_encode(scorer, rollout.problems[int(rollout.group[row])].answer, cache))
+        if not pieces:
+            return torch.zeros(0, dtype=torch.long, device=device)
+        return torch.cat([p.to(device=device, dtype=torch.long) for p in pieces])
+
+
+def _encode(scorer: Scorer, text: str, cache: dict[str, Tensor]) -> Tensor:
+    if text not in cache:
+        cache[text] = scorer.encode(text)
+    return cache[text]
+
+
+def reference_ids(rollout: Rollout, row: int) -> Tensor:
+    """A peer rollout's completion ids as context: unpadded, trailing EOS removed: [L]."""
+    ids = rollout.completion_tokens(row)
+    if len(ids) and int(ids[-1]) == rollout.eos_id:
+        ids = ids[:-1]
+    return ids
+
+
+# ---------------------------------------------------------------------------- peers
+class PeerSampler:
+    """Uniform choices from a seeded CPU ``torch.Generator`` whose state is checkpointed."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.generator = torch.Generator(device="cpu")
+        self.generator.manual_seed(seed)
+
+    def choice(self, candidates: Sequence[int]) -> int:
+        """One element of ``candidates`` (non-empty), uniformly."""
+        if len(candidates) == 0:
+            raise ValueError("no candidates to choose from")
+        k = int(torch.randint(len(candidates), (1,), generator=self.generator))
+        return int(candidates[k])
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+
+
+# ---------------------------------------------------------------------------- base class
+class SelfConditionedCredit(CreditAssigner):
+    """Shared base of the self-conditioned methods (see the module docstring).
+
+    Args:
+        seed: seed of the peer-choice generator (its state is checkpointed).
+        correct_threshold: a rollout counts as correct (a success) when its reward exceeds this.
+        scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
+    """
+
+    def __init__(self, seed: int = 0, correct_threshold: float = 0.5, scale_by_std: bool = True) -> None:
+        super().__init__(scale_by_std=scale_by_std)
+        self.seed = seed
+        self.correct_threshold = correct_threshold
+        self.peers = PeerSampler(seed)
+
+    def correct(self, rollout: Rollout) -> list[bool]:
+        """[N] whether each row is a verified success."""
+        return (rollout.rewards > self.correct_threshold).tolist()
+
+    @staticmethod
+    def group_rows(rollout: Rollout) -> list[list[int]]:
+        """Rows of each group, in row order (groups are laid out consecutively)."""
+        groups: dict[int, list[int]] = {}
+        for i, g in enumerate(rollout.group.tolist()):
+            groups.setdefault(g, []).append(i)
+        return list(groups.values())
+
+    @staticmethod
+    def teacher_scores(
+        scorer: Scorer,
+        rollout: Rollout,
+        rows: list[int],
+        templates: list[ContextTemplate],
+        references: list[int | None],
+        fn: DivergenceFn,
+        spans: list[tuple[int, int]] | None = None,
+    ) -> Tensor:
+        """``fn(teacher, student)`` at the completion tokens of every view, in one ``compare`` call.
+
+        View ``v`` scores row ``rows[v]`` under ``templates[v]`` filled with peer
+        ``references[v]``. Returns [N, T] (0 where no view covers a token).
+        """
+        N, T = rollout.completion_ids.shape
+        if not rows:
+            return torch.zeros(N, T, device=rollout.completion_ids.device)
+        cache: dict[str, Tensor] = {}
+        contexts = [
+            tpl.build(scorer, rollout, i, ref, cache) for i, tpl, ref in zip(rows, templates, references)
+        ]
+        return scorer.compare(contexts, rows, fn, spans)
+
+    def state_dict(self) -> dict:
+        return {"peer_rng": self.peers.state_dict()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if "peer_rng" in state_dict:
+            self.peers.load_state_dict(state_dict["peer_rng"])
+
+
+def span_mask(rollout: Rollout, rows: Sequence[int], spans: Sequence[tuple[int, int]]) -> Tensor:
+    """[N, T] bool: the completion tokens covered by the views (and inside the completion mask)."""
+    N, T = rollout.completion_ids.shape
+    t = torch.arange(T, device=rollout.completion_ids.device)
+    out = torch.zeros(N, T, dtype=torch.bool, device=t.device)
+    if rows:
+        r = torch.as_tensor(list(rows), device=t.device)
+        s = torch.as_tensor([a for a, _ in spans], device=t.device)
+        e = torch.as_tensor([b for _, b in spans], device=t.device)
+        out[r] = (t[None] >= s[:, None]) & (t[None] < e[:, None])  # [n, T]
+    return out & rollout.completion_mask.bool()

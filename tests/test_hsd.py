@@ -1,0 +1,185 @@
+"""HSD on hand-built groups with a policy whose predictions are a known function of the context.
+
+Groups of G = 4: n_c = 2 (failed rows get a successful peer), n_c = 0 (answer-only
+teacher), n_c = 1 (the sole success has no peer: answer-only under ``apply_to="all"``).
+The teacher log-probs HSD stores are checked against ``rule_logp`` computed by
+hand from the context ids it built, through ``token_loss`` on arbitrary student logits.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lightning_rlvr.credit.hsd import HSDCredit
+from lightning_rlvr.credit.self_conditioned import generalized_jsd
+from lightning_rlvr.objectives import group_advantages
+from lightning_rlvr.rollout import Rollout
+from tests.test_teacher_context import EOS, MARK, FakeLM, V, make_rollout, make_scorer, rule_logp
+
+G = 4
+REWARDS = [1, 0, 1, 0] + [0, 0, 0, 0] + [1, 0, 0, 0]
+GROUP = [i // G for i in range(len(REWARDS))]
+ANSWERS = ["25", "3", "47"]
+PROMPTS = [[3, 4], [5, 2, 6], [7, 4]]
+COMPLETIONS = [
+    [2, 5, EOS], [2, 7, 3, EOS], [2, 5, 4, 6, EOS], [8, 8],
+    [3, EOS], [4, 4, 4, EOS], [6, 2, 5, EOS], [7, 7, 2],
+    [4, 7, EOS], [4, 6, 3, 2, EOS], [5, 5, EOS], [4, 8, EOS],
+]  # fmt: skip
+PEER = "{prompt}9{reference}3{answer}"  # marker 9 changes the fake policy's predictions
+ANSWER_ONLY = "{prompt}9{answer}"
+
+
+def setup(micro_batch_size: int = 2, **kwargs) -> tuple[HSDCredit, Rollout, object, list]:
+    prompts = [PROMPTS[g] for g in GROUP]
+    rollout = make_rollout(prompts, COMPLETIONS, GROUP, REWARDS, answers=ANSWERS)
+    scorer = make_scorer(rollout, micro_batch_size)
+    calls = []
+    compare = scorer.compare
+
+    def spy(contexts, rows, fn, spans=None):
+        calls.append((contexts, rows))
+        return compare(contexts, rows, fn, spans)
+
+    scorer.compare = spy
+    credit = HSDCredit(peer_template=PEER, answer_template=ANSWER_ONLY, **kwargs)
+    return credit, rollout, scorer, calls
+
+
+def parse(context: list[int], row: int) -> int | None:
+    """The peer row whose completion sits in ``context`` (None for an answer-only context)."""
+    g = GROUP[row]
+    prompt, answer = PROMPTS[g], [int(ch) for ch in ANSWERS[g]]
+    assert context[: len(prompt) + 1] == prompt + [MARK]
+    body = context[len(prompt) + 1 :]
+    if body == answer:
+        return None
+    assert body[-len(answer) - 1 :] == [3] + answer
+    ref = body[: -len(answer) - 1]
+    matches = [j for j, c in enumerate(COMPLETIONS) if [x for x in c if x != EOS] == ref]
+    assert len(matches) == 1
+    return matches[0]
+
+
+def test_jsd_lies_between_zero_and_ln2():
+    gen = torch.Generator().manual_seed(0)
+    for scale in (0.1, 1.0, 10.0, 100.0):
+        p = F.log_softmax(scale * torch.randn(6, 5, V, generator=gen), -1)
+        q = F.log_softmax(scale * torch.randn(6, 5, V, generator=gen), -1)
+        d = generalized_jsd(p, q, 0.5)
+        assert (d >= 0).all() and (d <= math.log(2) + 1e-6).all()
+        torch.testing.assert_close(d, generalized_jsd(q, p, 0.5))  # symmetric at beta = 0.5
+    disjoint_p = F.log_softmax(torch.tensor([50.0, 0, 0, 0]), -1)
+    disjoint_q = F.log_softmax(torch.tensor([0, 50.0, 0, 0]), -1)
+    assert float(generalized_jsd(disjoint_p, disjoint_q)) == pytest.approx(math.log(2), abs=1e-4)
+
+
+def test_failed_rows_get_a_successful_peer_or_the_answer_only_teacher():
+    credit, rollout, scorer, calls = setup()
+    out = credit.assign(rollout, scorer)
+    assert len(calls) == 1  # every teacher view of the step in one batched compare call
+    contexts, rows = calls[0]
+    assert sorted(rows) == [i for i in range(12) if REWARDS[i] == 0]
+    peers = {i: parse(ctx.tolist(), i) for ctx, i in zip(contexts, rows)}
+    for i in rows:
+        if GROUP[i] == 1:  # no success in the group
+            assert peers[i] is None
+        else:
+            assert peers[i] is not None and REWARDS[peers[i]] == 1 and GROUP[peers[i]] == GROUP[i]
+    assert out.metrics["frac_distilled_rows"] == pytest.approx(9 / 12)
+    assert out.metrics["frac_answer_only"] == pytest.approx(4 / 9)
+    grpo = group_advantages(rollout.rewards, rollout.group)[:, None] * rollout.completion_mask
+    torch.testing.assert_close(out.advantages, grpo)  # the PG part is plain GRPO
+
+
+def test_apply_to_all_distils_successes_against_another_success():
+    credit, rollout, scorer, calls = setup(apply_to="all")
+    out = credit.assign(rollout, scorer)
+    contexts, rows = calls[0]
+    assert sorted(rows) == list(range(12))
+    peers = {i: parse(ctx.tolist(), i) for ctx, i in zip(contexts, rows)}
+    assert peers[0] == 2 and peers[2] == 0  # a success is taught by the other success
+    assert peers[8] is None  # the sole success of its group: answer-only fallback
+    assert out.metrics["frac_distilled_rows"] == 1.0
+    with pytest.raises(ValueError):
+        HSDCredit(apply_to="some")
+
+
+def test_token_loss_is_clipped_jsd_to_the_stored_teacher_and_its_gradient_reaches_the_student_only():
+    coef, clip = 0.7, 0.15
+    credit, rollout, scorer, calls = setup(micro_batch_size=2, distill_coef=coef, clip=clip)
+    credit.assign(rollout, scorer)  # 9 views in 5 micro-batches
+    contexts, rows = calls[0]
+    teacher_ctx = {i: ctx.tolist() for ctx, i in zip(contexts, rows)}
+    T = rollout.completion_ids.shape[1]
+    batch = torch.tensor(
+        [5, 0, 11, 2, 9]
+    )  # an update micro-batch, in shuffled order; rows 0, 2 not distilled
+    logits = torch.randn(len(batch), T, V, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    loss = credit.token_loss(logits, batch, rollout)  # [m, T]
+    assert loss.shape == (len(batch), T)
+    student = F.log_softmax(logits.detach(), -1)
+    n_clipped = 0
+    for k, i in enumerate(batch.tolist()):
+        n = int(rollout.lengths[i])
+        if i not in teacher_ctx:
+            assert (loss[k] == 0).all()
+            continue
+        for t in range(T):
+            if t >= n:
+                assert loss[k, t] == 0
+                continue
+            teacher = rule_logp(teacher_ctx[i] + COMPLETIONS[i][:t])
+            jsd = float(generalized_jsd(teacher, student[k, t]))
+            assert 0 <= jsd <= math.log(2)
+            n_clipped += jsd > clip
+            assert float(loss[k, t].detach()) == pytest.approx(coef * min(jsd, clip), rel=1e-4, abs=1e-7)
+    assert 0 < n_clipped < int(rollout.lengths[[5, 11, 9]].sum())  # both clipped and unclipped tokens
+
+    assert credit._teacher is not None and not credit._teacher.requires_grad
+    loss.sum().backward()
+    grad = logits.grad.abs().sum(-1)  # [m, T]
+    assert (grad[[1, 3]] == 0).all()  # rows without the term
+    for k in (0, 2, 4):
+        i = int(batch[k])
+        n = int(rollout.lengths[i])
+        assert (grad[k, n:] == 0).all()
+        clipped = loss[k, :n].detach() >= coef * clip - 1e-7
+        assert (grad[k, :n][~clipped] > 0).all()  # the student gets the gradient ...
+        assert (grad[k, :n][clipped] == 0).all()  # ... except where the JSD is clipped
+    assert credit._teacher.grad is None
+
+
+def test_token_loss_under_the_rollout_policy_reproduces_the_assign_time_jsd():
+    credit, rollout, scorer, _ = setup(micro_batch_size=3, clip=10.0)  # clip above ln 2: no clipping
+    out = credit.assign(rollout, scorer)
+    P = rollout.prompt_ids.shape[1]
+    model_out = FakeLM()(
+        rollout.input_ids, rollout.attention_mask, (rollout.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    )
+    logits = model_out.logits[
+        :, P - 1 : -1
+    ]  # the module's slice: the student predicting each completion token
+    loss = credit.token_loss(logits, torch.arange(12), rollout)
+    distilled = [i for i in range(12) if REWARDS[i] == 0]
+    mask = rollout.completion_mask[distilled].bool()
+    assert float(loss[distilled][mask].mean()) == pytest.approx(out.metrics["jsd_mean"], rel=1e-4)
+    assert out.metrics["frac_clipped"] == 0.0
+    assert 0 < out.metrics["jsd_mean"] < math.log(2)
+
+
+def test_no_term_before_assign_and_peer_state_is_checkpointed():
+    credit, rollout, scorer, calls = setup(seed=4)
+    assert credit.token_loss(torch.zeros(2, 3, V), torch.tensor([0, 1]), rollout) is None
+    state = credit.state_dict()
+    credit.assign(rollout, scorer)
+    again, rollout2, scorer2, calls2 = setup(seed=99)
+    again.load_state_dict(state)
+    again.assign(rollout2, scorer2)
+    assert [c.tolist() for c in calls2[0][0]] == [c.tolist() for c in calls[0][0]]  # the same peers
+    with pytest.raises(ValueError):
+        HSDCredit(answer_template="{prompt}{reference}")
