@@ -22,15 +22,24 @@ def _as_list(batch: list[Problem]) -> list[Problem]:
 
 
 class TrainStream(IterableDataset):
-    """An endless stream of prompt batches starting at the step ``start()`` returns."""
+    """An endless stream of prompt batches starting at the step ``start()`` returns.
 
-    def __init__(self, task: Task, batch_size: int, start: Callable[[], int]) -> None:
+    With W ranks, step ``s`` covers problems ``s*B*W .. (s+1)*B*W - 1`` of the train
+    split and rank ``r`` takes the ``r``-th block of B: W ranks with B prompts each see
+    exactly the prompts one rank with B*W prompts would.
+    """
+
+    def __init__(
+        self, task: Task, batch_size: int, start: Callable[[], int], rank: int = 0, world: int = 1
+    ) -> None:
         self.task, self.batch_size, self.start = task, batch_size, start
+        self.rank, self.world = rank, world
 
     def __iter__(self) -> Iterator[list[Problem]]:
-        step = self.start()
+        step, B = self.start(), self.batch_size
         while True:
-            yield [self.task.train_problem(step * self.batch_size + i) for i in range(self.batch_size)]
+            first = (step * self.world + self.rank) * B
+            yield [self.task.train_problem(first + i) for i in range(B)]
             step += 1
 
 
@@ -52,7 +61,7 @@ class RLVRDataModule(LightningDataModule):
     """Prompts per step and evaluation sizes.
 
     Args:
-        batch_size: prompts per RL step (B); each gets ``model.group_size`` completions.
+        batch_size: prompts per RL step and rank (B); each gets ``model.group_size`` completions.
         val_size: held-out prompts per validation.
         test_size: held-out prompts for ``test``.
         eval_batch_size: prompts per evaluation batch.
@@ -73,7 +82,13 @@ class RLVRDataModule(LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         module = self.trainer.lightning_module
-        stream = TrainStream(self.task, self.batch_size, start=lambda: module.rl_step)
+        stream = TrainStream(
+            self.task,
+            self.batch_size,
+            start=lambda: module.rl_step,
+            rank=self.trainer.global_rank,
+            world=self.trainer.world_size,
+        )
         return DataLoader(stream, batch_size=None, collate_fn=_as_list)
 
     def _eval_loader(self, split: str, n: int) -> DataLoader:

@@ -59,8 +59,13 @@ class DynamicSampling:
         problems: list[Problem],
         draw: Callable[[list[Problem]], Rollout],
         more: Callable[[int], list[Problem]],
+        sync: Callable[[bool], bool] = lambda flag: flag,
     ) -> tuple[Rollout, dict[str, float]]:
-        """``draw`` samples and verifies a list of problems; ``more(round)`` gives B new problems."""
+        """``draw`` samples and verifies a list of problems; ``more(round)`` gives B new problems.
+
+        ``sync(flag)`` is True if any rank still needs a round: under FSDP all ranks keep
+        sampling together (a full rank's extra groups only serve as filler).
+        """
         B = len(problems)
         kept: list[Rollout] = []
         spare: list[Rollout] = []  # uninformative groups, used only to fill a short batch
@@ -77,7 +82,7 @@ class DynamicSampling:
             bad = (~good).nonzero().flatten()
             if len(bad):
                 spare.append(rollout.index_select(_rows_of(rollout, bad)))
-            if n_kept == B or rounds == self.max_rounds:
+            if not sync(n_kept < B and rounds < self.max_rounds):
                 break
             rounds += 1
             batch = more(rounds)

@@ -37,6 +37,7 @@ from torch import Tensor
 
 from lightning_rlvr.credit.base import CreditAssigner
 from lightning_rlvr.credit.grpo import GRPOCredit
+from lightning_rlvr.distributed import all_sum, any_rank, shard_policy, world_size
 from lightning_rlvr.dynamic_sampling import EXTRA_OFFSET, DynamicSampling
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.metrics import PassAtK
@@ -115,6 +116,7 @@ class RLVRModule(LightningModule):
         eval_seed: seed of evaluation sampling (the training RNG is left untouched).
         validate_at_start: log ``val/pass@1`` at step 0 of a fresh fit (the baseline RL starts from).
         max_nonfinite_updates: consecutive non-finite losses tolerated (skipped) before stopping.
+        gradient_checkpointing: recompute activations in the backward pass (less memory, more time).
     """
 
     def __init__(
@@ -146,6 +148,7 @@ class RLVRModule(LightningModule):
         eval_seed: int = 1234,
         validate_at_start: bool = True,
         max_nonfinite_updates: int = 3,
+        gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -157,6 +160,8 @@ class RLVRModule(LightningModule):
         self.credit = credit or GRPOCredit()
         self.warm_start = warm_start
         self.model, self.tokenizer = self.policy_source.load()
+        if gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
         if lora:
             self.model = apply_lora(self.model, lora)
         self.lora = lora
@@ -197,6 +202,14 @@ class RLVRModule(LightningModule):
             ref = copy.deepcopy(self.model).eval().requires_grad_(False)
             self._reference.append(ref)
 
+    def configure_model(self) -> None:
+        """FSDP2 under ``ModelParallelStrategy``: shard each block over the data-parallel mesh.
+
+        A no-op without a device mesh (single device, DDP) and when already sharded.
+        """
+        if self.device_mesh is not None:
+            shard_policy(self.model, self.device_mesh["data_parallel"])
+
     def configure_callbacks(self) -> list:
         return [self.credit]
 
@@ -221,7 +234,15 @@ class RLVRModule(LightningModule):
     # ------------------------------------------------------------------ rollout + score
     def rollout(self, problems: list[Problem], group_size: int) -> Rollout:
         """Sample ``group_size`` completions per problem (one batched ``generate``)."""
-        return sample(self.model, self.tokenizer, problems, group_size, self.max_new_tokens, **self.sampling)
+        return sample(
+            self.model,
+            self.tokenizer,
+            problems,
+            group_size,
+            self.max_new_tokens,
+            synced=world_size() > 1,  # under FSDP every rank must run the same number of forwards
+            **self.sampling,
+        )
 
     def collect(self, problems: list[Problem]) -> tuple[Rollout, int, dict[str, float]]:
         """Sample and verify (with dynamic sampling when configured), then shape the rewards.
@@ -242,12 +263,15 @@ class RLVRModule(LightningModule):
             rollout, stats = draw(problems), {}
         else:
             B, rounds = len(problems), self.dynamic_sampling.max_rounds
-            base = EXTRA_OFFSET + self.rl_step * rounds * B  # a stream the main one never reaches
+            slot = self.rl_step * world_size() + self.global_rank  # this rank's step, as in TrainStream
+            base = EXTRA_OFFSET + slot * rounds * B  # a stream the main one never reaches
 
             def more(k: int) -> list[Problem]:
                 return [self.task.train_problem(base + (k - 1) * B + i) for i in range(B)]
 
-            rollout, stats = self.dynamic_sampling.collect(problems, draw, more)
+            rollout, stats = self.dynamic_sampling.collect(
+                problems, draw, more, sync=lambda flag: any_rank(flag, self.device)
+            )
         stats["accuracy"] = float((rollout.rewards > 0.5).float().mean())
         for shaper in self.reward_shaping:
             rollout.rewards = shaper(rollout.rewards, rollout.lengths)
@@ -305,7 +329,9 @@ class RLVRModule(LightningModule):
             **{f"credit/{k}": v for k, v in credit.metrics.items()},
         }
         self.log("train/reward", rollout.rewards.mean(), prog_bar=True, batch_size=len(batch), logger=False)
-        self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch))
+        self.log_dict(
+            metrics, on_step=True, on_epoch=False, batch_size=len(batch), sync_dist=world_size() > 1
+        )
 
     @torch.no_grad()
     def reference_logprobs(self, rollout: Rollout) -> Tensor:
@@ -342,7 +368,9 @@ class RLVRModule(LightningModule):
         for _ in range(self.ppo_epochs):
             order = torch.randperm(N, device=self.device) if self.minibatches > 1 else torch.arange(N)
             for mb in order.chunk(self.minibatches):
-                weights = loss_weights(mask[mb], self.loss_agg, self.max_new_tokens)  # [m, T]
+                # normalised over the whole minibatch on all ranks; x world size undoes the
+                # gradient averaging of DDP/FSDP, so W ranks make the update of one rank with all rows
+                weights = loss_weights(mask[mb], self.loss_agg, self.max_new_tokens, all_sum) * world_size()
                 loss_total, parts = 0.0, {"clip_frac": 0.0, "entropy": 0.0, "kl": 0.0}
                 finite = True
                 for i in range(0, len(mb), self.micro_batch_size):
@@ -392,8 +420,10 @@ class RLVRModule(LightningModule):
     def _clip_gradients(self) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]
         if self.grad_clip > 0:
-            return float(torch.nn.utils.clip_grad_norm_(params, self.grad_clip))
-        return float(torch.nn.utils.get_total_norm([p.grad for p in params]))
+            norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # DTensor under FSDP2
 
     def _skip_nonfinite(self, opt) -> None:
         opt.zero_grad(set_to_none=True)

@@ -66,34 +66,44 @@ def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return torch.exp(d) - d - 1.0
 
 
-def _seq_mean(mask: Tensor, max_len: int) -> Tensor:
-    return mask / (mask.sum(-1, keepdim=True).clamp(min=1) * mask.shape[0])
+Total = Callable[[Tensor], Tensor]  # sums a count over all ranks (identity on one rank)
 
 
-def _token_mean(mask: Tensor, max_len: int) -> Tensor:
-    return mask / mask.sum().clamp(min=1)
+def _local(count: Tensor) -> Tensor:
+    return count
 
 
-def _constant(mask: Tensor, max_len: int) -> Tensor:
-    return mask / (mask.shape[0] * max_len)
+def _seq_mean(mask: Tensor, max_len: int, total: Total) -> Tensor:
+    n_seqs = total(torch.tensor(float(mask.shape[0]), device=mask.device))
+    return mask / (mask.sum(-1, keepdim=True).clamp(min=1) * n_seqs)
 
 
-AGGREGATIONS: dict[str, Callable[[Tensor, int], Tensor]] = {
+def _token_mean(mask: Tensor, max_len: int, total: Total) -> Tensor:
+    return mask / total(mask.sum()).clamp(min=1)
+
+
+def _constant(mask: Tensor, max_len: int, total: Total) -> Tensor:
+    n_seqs = total(torch.tensor(float(mask.shape[0]), device=mask.device))
+    return mask / (n_seqs * max_len)
+
+
+AGGREGATIONS: dict[str, Callable[[Tensor, int, Total], Tensor]] = {
     "seq_mean": _seq_mean,
     "token_mean": _token_mean,
     "constant": _constant,
 }
 
 
-def loss_weights(mask: Tensor, mode: str, max_len: int) -> Tensor:
+def loss_weights(mask: Tensor, mode: str, max_len: int, total: Total = _local) -> Tensor:
     """Per-token weights [m, T] such that ``(tok_loss * weights).sum()`` is the aggregated loss.
 
-    Written as weights so a minibatch can be split into micro-batches (or ranks) and
-    the pieces summed: the normaliser is fixed by the whole minibatch.
+    Written as weights so a minibatch can be split into micro-batches, or over
+    ranks, and the pieces summed: the normaliser (sequences or tokens) is that of
+    the whole minibatch, summed over ranks by ``total``.
     """
     if mode not in AGGREGATIONS:
         raise ValueError(f"loss_agg must be one of {sorted(AGGREGATIONS)}, got {mode!r}")
-    return AGGREGATIONS[mode](mask.float(), max_len)
+    return AGGREGATIONS[mode](mask.float(), max_len, total)
 
 
 def aggregate(tok_loss: Tensor, mask: Tensor, mode: str, max_len: int) -> Tensor:

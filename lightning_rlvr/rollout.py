@@ -104,8 +104,12 @@ def sample(
     top_p: float = 1.0,
     top_k: int = 0,
     do_sample: bool = True,
+    synced: bool = False,
 ) -> Rollout:
-    """G completions for each of B prompts in one batched ``generate`` call with KV cache."""
+    """G completions for each of B prompts in one batched ``generate`` call with KV cache.
+
+    ``synced`` keeps every rank generating until all ranks are done (needed under FSDP).
+    """
     device = next(model.parameters()).device
     enc = tokenizer([p.prompt for p in problems], return_tensors="pt", padding=True, add_special_tokens=False)
     prompt_ids = enc["input_ids"].repeat_interleave(group_size, 0).to(device)  # [N, P]
@@ -123,6 +127,7 @@ def sample(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         use_cache=True,
+        synced_gpus=synced,
     )
     model.train(was_training)
     completion_ids = out[:, prompt_ids.shape[1] :]  # [N, T]

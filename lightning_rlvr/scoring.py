@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lightning_rlvr.distributed import max_over_ranks
 from lightning_rlvr.rollout import Rollout, position_ids
 
 DivergenceFn = Callable[[Tensor, Tensor], Tensor]
@@ -151,6 +152,17 @@ class Scorer:
         self.forward_tokens += int(r.attention_mask[rows].sum())
         return F.log_softmax(out.logits[:, P - 1 : -1].float(), dim=-1)
 
+    def _chunks(self, n: int) -> list[Tensor]:
+        """Micro-batches of ``n`` items, padded with empty ones so every rank runs as many forwards."""
+        chunks = list(torch.arange(n).split(self.micro_batch_size)) if n else []
+        missing = max_over_ranks(len(chunks), self.rollout.completion_ids.device) - len(chunks)
+        return chunks + [torch.arange(0)] * missing
+
+    def _idle_forward(self) -> None:
+        """A one-token forward: under FSDP a rank with nothing to score still joins the collectives."""
+        ids = self.rollout.completion_ids[:1, :1]
+        causal_lm_forward(self.model, ids, torch.ones_like(ids))
+
     # ------------------------------------------------------------------ other contexts
     @torch.no_grad()
     def compare(
@@ -176,7 +188,10 @@ class Scorer:
         lengths = r.lengths.tolist()
         spans = spans or [(0, lengths[row]) for row in rows]
         out: Tensor | None = None
-        for chunk in torch.arange(len(rows)).split(self.micro_batch_size):
+        for chunk in self._chunks(len(rows)):
+            if not len(chunk):
+                self._idle_forward()
+                continue
             views = chunk.tolist()
             seqs = [torch.cat([contexts[v], r.completion_ids[rows[v], : spans[v][1]]]) for v in views]
             ids, mask = left_pad(seqs, r.pad_id)
@@ -211,7 +226,10 @@ class Scorer:
     def sequence_logprobs(self, sequences: list[Tensor], n_targets: list[int]) -> list[Tensor]:
         """Log-probs of the last ``n_targets[i]`` tokens of each sequence, given what precedes them."""
         results: list[Tensor] = []
-        for chunk in torch.arange(len(sequences)).split(self.micro_batch_size):
+        for chunk in self._chunks(len(sequences)):
+            if not len(chunk):
+                self._idle_forward()
+                continue
             ids, mask = left_pad([sequences[i] for i in chunk.tolist()], self.rollout.pad_id)
             logits = causal_lm_forward(self.model, ids, mask).logits  # [m, L, V]
             self.forward_tokens += int(mask.sum())

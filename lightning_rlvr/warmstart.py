@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -93,11 +94,15 @@ class WarmStart:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             summary = self._train(model, tokenizer, task)
-        if self.cache:
-            path.mkdir(parents=True, exist_ok=True)
-            model.save_pretrained(path)
-            tokenizer.save_pretrained(path)
-            (path / "summary.json").write_text(json.dumps(summary))
+        if self.cache:  # write aside, then rename: concurrent runs (or ranks) never see half a cache
+            tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            (tmp / "summary.json").write_text(json.dumps(summary))
+            try:
+                os.rename(tmp, path)
+            except OSError:  # another process finished first with the same result
+                shutil.rmtree(tmp, ignore_errors=True)
         return {**summary, "cached": False}
 
     def accuracy(self, model, tokenizer, task: Task) -> float:
