@@ -39,8 +39,13 @@ class RLVRCLI(LightningCLI):
         )
 
 
-def main(args: list[str] | None = None) -> RLVRCLI | None:
-    """Console entry point; user errors (bad data, bad values) print one line and exit 2."""
+def main(args: list[str] | None = None) -> None:
+    """Console entry point (``lightning-rlvr``)."""
+    run(args)
+
+
+def run(args: list[str] | None = None) -> RLVRCLI:
+    """Run the CLI and return it (for tests and notebooks); user errors print one line and exit 2."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # Lightning warns that manual-optimisation checkpoints hold post-step weights: that is what resume needs.
     warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")

@@ -26,7 +26,7 @@ def _isolated_cache(tmp_path_factory):
 @pytest.fixture
 def run_cli(tmp_path):
     """Run ``lightning-rlvr`` in this process at test scale; returns the CLI object."""
-    from lightning_rlvr.cli import main
+    from lightning_rlvr.cli import run as cli_run
 
     def run(subcommand: str, *extra: str, configs: tuple[str, ...] = (QUICKSTART, TINY), root=None):
         root = Path(root or tmp_path)
@@ -39,6 +39,6 @@ def run_cli(tmp_path):
             "--trainer.default_root_dir",
             str(root),
         ]
-        return main(args + list(extra))
+        return cli_run(args + list(extra))
 
     return run
