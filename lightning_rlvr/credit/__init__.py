@@ -3,16 +3,20 @@
 from lightning_rlvr.credit.base import Credit, CreditAssigner
 from lightning_rlvr.credit.dr_grpo import DrGRPOCredit
 from lightning_rlvr.credit.grpo import GRPOCredit
+from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.hsd import HSDCredit
 from lightning_rlvr.credit.rredcot import RREDCoTCredit
 from lightning_rlvr.credit.sc_grpo import SCGRPOCredit
+from lightning_rlvr.credit.shear import SHEARCredit
 
 __all__ = [
     "Credit",
     "CreditAssigner",
     "DrGRPOCredit",
     "GRPOCredit",
+    "HPRLVRCredit",
     "HSDCredit",
     "RREDCoTCredit",
     "SCGRPOCredit",
+    "SHEARCredit",
 ]

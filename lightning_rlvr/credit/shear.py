@@ -1,0 +1,310 @@
+"""SHEAR: span-level hidden-state Wasserstein advantage reweighting (METHODS.md section 1).
+
+GRPO gives every token of a rollout the same advantage A_i. SHEAR looks for the
+*places* where a correct and an incorrect rollout of the same prompt part ways,
+using only the last-layer hidden states h_t (the LM-head input) that the
+old-log-prob pass computes anyway: no extra model, no extra generation.
+
+Each completion is cut into overlapping spans of ``window`` tokens with stride
+``stride`` (a completion shorter than the window is one span); span k of
+rollout i is the uniform empirical distribution P_{i,k} of its hidden states.
+A span that also occurs (in hidden-state space) somewhere in a rollout with the
+opposite outcome is shared reasoning and deserves little credit; one that is far
+from every span of every opposite rollout is where the outcomes diverge:
+
+    O(i)      = incorrect rollouts of the group if r_i = 1, else the correct ones
+    d_{i,k}   = min_{j in O(i)} min_l W1(P_{i,k}, P_{j,l})          (Euclidean cost)
+    nbar      = mean_{j in group, t active} ||h_{j,t}||_2
+    w_{i,t}   = (1 / nbar) * max_{k : t in span k} d_{i,k}         (max-pooling, not mean)
+    A_{i,t}   = A_i * w_{i,t}                                     (not renormalised)
+
+A group whose rewards are all equal (O(i) empty) keeps plain GRPO (w = 1; its
+A_i is 0 anyway). Weights are >= 0, so they never flip an advantage's sign.
+
+Implementation notes (all without gradients, fp32):
+
+* W1 is positively homogeneous, so W1(P, Q) / nbar = W1 of the hidden states divided by
+  nbar: costs are divided by the group's nbar before solving. Exact EMD is unchanged by
+  this; for Sinkhorn it makes ``reg`` a fraction of the typical hidden-state norm rather
+  than an absolute number that would need retuning for every model width.
+* Every distance d_{i,k} is a min over the same matrix D_g[k, l] of all (correct span,
+  incorrect span) pairs of a group g: correct spans take row minima, incorrect spans
+  column minima, so each pair is solved once. Token-to-token costs of a group come from
+  one ``torch.cdist`` between its correct and its incorrect tokens; each span pair's
+  [w, w] cost matrix is a gather from it. Pairs of all groups are solved together in
+  chunks of at most ``chunk_elements`` cost entries.
+* Sinkhorn is POT's batched solver over [pairs, w, w] cost matrices (``ot.batch``, torch
+  backend), with zero mass on the padding of short spans, and POT's log-domain variant for
+  the rare problems whose kernels overflow fp32. The distance is the transport cost
+  <P_eps, C> (as ``ot.sinkhorn2`` reports it), which lies in [W1, W1 + reg * log(min(n, m))]
+  at convergence.
+* EMD: POT 0.9.7 has no batched *exact* solver (``ot.batch.solve_batch`` is Sinkhorn or an
+  inexact proximal-point method), so ``solver="emd"`` loops ``ot.emd2`` over the pairs in
+  float64 after the batched cost gather (the reference; on one CPU thread it is on par with
+  Sinkhorn for 100-token spans and ~25x slower for 8-token ones: benchmarks/shear_scaling.py).
+* Span layout [proposed]: starts 0, s, 2s, ... while the window fits, plus one final window
+  aligned to the end of the completion when the strided ones do not reach it, so every
+  active token is in at least one span and all spans of long completions have w tokens.
+* Hidden state of token t: ``Scorer.policy(hidden=True).hidden[:, t]``, the last-layer state
+  at the position that predicted token t (the state in which the token was chosen).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import ot
+import torch
+from torch import Tensor
+
+from lightning_rlvr.credit.base import Credit, CreditAssigner
+from lightning_rlvr.rollout import Rollout
+from lightning_rlvr.scoring import Scorer
+
+SOLVERS = ("sinkhorn", "emd")
+
+
+def span_starts(length: int, window: int, stride: int) -> list[tuple[int, int]]:
+    """(start, size) of the spans of a completion of ``length`` active tokens.
+
+    Windows of ``window`` tokens every ``stride`` tokens, plus an end-aligned last window
+    when the strided ones stop short of the end; a completion no longer than the window is
+    a single span of its own length; an empty completion has no span.
+    """
+    if length <= 0:
+        return []
+    if length <= window:
+        return [(0, length)]
+    starts = list(range(0, length - window + 1, stride))
+    if starts[-1] + window < length:
+        starts.append(length - window)
+    return [(s, window) for s in starts]
+
+
+@torch.no_grad()
+@torch.no_grad()
+def sinkhorn_cost(
+    cost: Tensor, mask_a: Tensor, mask_b: Tensor, reg: float, num_iter: int, tol: float = 0.0
+) -> Tensor:
+    """Batched entropic OT cost <P_eps, C> between uniform measures on the unmasked points: [B].
+
+    POT's batched solver (``ot.batch.solve_batch``) in the scaling domain; the few
+    problems whose kernels under/overflow fp32 (cost range >~ 85 * reg) are redone
+    in POT's log domain.
+
+    Args:
+        cost: [B, n, m] ground costs.
+        mask_a: [B, n] bool, the source points of each problem (uniform mass on them).
+        mask_b: [B, m] bool, the target points.
+        reg: entropic regularisation (same units as ``cost``).
+        num_iter: maximum number of Sinkhorn iterations.
+        tol: stop once the marginals are met to this tolerance.
+    """
+    cost = cost.float()
+    a = mask_a.float() / mask_a.sum(-1, keepdim=True)  # [B, n], 0 on padding
+    b = mask_b.float() / mask_b.sum(-1, keepdim=True)  # [B, m]
+    solve = lambda c, x, y, method: (
+        ot.batch.solve_batch(
+            c, reg=reg, a=x, b=y, max_iter=num_iter, tol=tol, method=method, grad="detach"
+        ).value_linear
+    )
+    out = solve(cost, a, b, "sinkhorn")  # [B]
+    bad = ~torch.isfinite(out)
+    if bool(bad.any()):
+        out[bad] = solve(cost[bad], a[bad], b[bad], "log_sinkhorn")
+    return out
+
+
+def emd_cost(cost: Tensor, mask_a: Tensor, mask_b: Tensor) -> Tensor:
+    """Exact W1 of each problem with ``ot.emd2`` (float64, one call per problem): [B]."""
+    c = cost.detach().double().cpu().numpy()
+    na = mask_a.sum(-1).tolist()
+    nb = mask_b.sum(-1).tolist()
+    out = np.empty(c.shape[0])
+    for p in range(c.shape[0]):
+        n, m = int(na[p]), int(nb[p])
+        out[p] = ot.emd2(np.full(n, 1.0 / n), np.full(m, 1.0 / m), np.ascontiguousarray(c[p, :n, :m]))
+    return torch.from_numpy(out).to(device=cost.device, dtype=torch.float32)
+
+
+class SHEARCredit(CreditAssigner):
+    """SHEAR token weights from span Wasserstein distances to the opposite-outcome rollouts.
+
+    Args:
+        window: span length w in tokens [paper: 100].
+        stride: span stride s in tokens [paper: 25].
+        solver: ``"sinkhorn"`` (entropic, batched, the paper's) or ``"emd"`` (exact ``ot.emd2``).
+        reg: Sinkhorn entropic regularisation, in units of the group's mean hidden norm nbar
+            [proposed: 0.05].
+        num_iter: maximum Sinkhorn iterations [proposed: 100].
+        tol: Sinkhorn early stop on the row-marginal L1 error, checked every 10 iterations
+            [proposed: 1e-3; 0 disables].
+        correct_threshold: a reward above it counts as correct [proposed: 0.5; rewards are binary].
+        chunk_elements: at most this many cost entries (pairs * w * w) are solved at once.
+        scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
+    """
+
+    uses_hidden_states = True
+
+    def __init__(
+        self,
+        window: int = 100,
+        stride: int = 25,
+        solver: str = "sinkhorn",
+        reg: float = 0.05,
+        num_iter: int = 100,
+        tol: float = 1e-3,
+        correct_threshold: float = 0.5,
+        chunk_elements: int = 2**24,
+        scale_by_std: bool = True,
+    ) -> None:
+        super().__init__(scale_by_std=scale_by_std)
+        if solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+        if window < 1 or stride < 1:
+            raise ValueError(f"window and stride must be >= 1, got {window}, {stride}")
+        self.window = window
+        self.stride = stride
+        self.solver = solver
+        self.reg = reg
+        self.num_iter = num_iter
+        self.tol = tol
+        self.correct_threshold = correct_threshold
+        self.chunk_elements = chunk_elements
+
+    # ------------------------------------------------------------------ solver
+    def _solve(self, cost: Tensor, mask_a: Tensor, mask_b: Tensor) -> Tensor:
+        if self.solver == "emd":
+            return emd_cost(cost, mask_a, mask_b)
+        return sinkhorn_cost(cost, mask_a, mask_b, self.reg, self.num_iter, self.tol)
+
+    # ------------------------------------------------------------------ weights
+    @torch.no_grad()
+    def token_weights(
+        self, hidden: Tensor, mask: Tensor, rewards: Tensor, group: Tensor
+    ) -> tuple[Tensor, Tensor, int]:
+        """SHEAR weights w_{i,t}.
+
+        Args:
+            hidden: [N, T, H] hidden state of each completion token.
+            mask: [N, T] 1 on active completion tokens.
+            rewards: [N]; ``group``: [N] prompt index of each row.
+
+        Returns (weights [N, T] (1 on rows of all-equal groups, 0 on padding),
+        weighted [N] bool (rows with a non-empty opposing set), number of span pairs solved).
+        """
+        hidden = hidden.detach().float()  # [N, T, H]
+        N, T, _ = hidden.shape
+        device = hidden.device
+        mask = mask.bool()
+        lengths = mask.sum(-1).tolist()
+        correct = (rewards > self.correct_threshold).tolist()
+        weights = mask.float().clone()  # [N, T] plain GRPO weight 1 until a group is weighted
+        weighted = torch.zeros(N, dtype=torch.bool, device=device)
+
+        # Per mixed group: one token-cost block; spans are index rows into it.
+        blocks: list[Tensor] = []  # flattened [n_c_tok * n_i_tok] costs / nbar of each group
+        spans: dict[bool, list[tuple[int, int, int, int]]] = {True: [], False: []}  # (idx, row, start, size)
+        pairs: list[tuple[int, int, int, int, int, int]] = []  # (c0, c1, i0, i1, block offset, row stride)
+        offset = 0
+        for g in group.unique().tolist():
+            rows = [r for r in (group == g).nonzero().flatten().tolist() if lengths[r] > 0]
+            side_rows = {True: [r for r in rows if correct[r]], False: [r for r in rows if not correct[r]]}
+            if not side_rows[True] or not side_rows[False]:
+                continue  # O(i) empty: plain GRPO
+            nbar = hidden[rows][mask[rows]].norm(dim=-1).mean().clamp(min=1e-12)  # over the group's tokens
+            toks, ranges = {}, {}
+            for side in (True, False):
+                toks[side] = hidden[side_rows[side]][mask[side_rows[side]]]  # [n_side_tok, H], row-major
+                first, s0 = 0, len(spans[side])
+                for r in side_rows[side]:  # active tokens are a prefix of each row
+                    spans[side] += [
+                        (first + st, r, st, sz)
+                        for st, sz in span_starts(lengths[r], self.window, self.stride)
+                    ]
+                    first += lengths[r]
+                ranges[side] = (s0, len(spans[side]))
+            block = torch.cdist(toks[True], toks[False]) / nbar  # [n_c_tok, n_i_tok] one cdist per group
+            pairs.append((*ranges[True], *ranges[False], offset, block.shape[1]))
+            blocks.append(block.flatten())
+            offset += block.numel()
+            weighted[rows] = True
+
+        if not blocks:
+            return weights, weighted, 0
+
+        flat = torch.cat(blocks)  # all groups' token costs
+        # Every (correct span, incorrect span) pair of every mixed group.
+        pc, pi, base, rstride = [], [], [], []
+        for c0, c1, i0, i1, off, stride in pairs:
+            a, b = torch.meshgrid(
+                torch.arange(c0, c1, device=device), torch.arange(i0, i1, device=device), indexing="ij"
+            )
+            pc.append(a.flatten())
+            pi.append(b.flatten())
+            base.append(torch.full((a.numel(),), off, dtype=torch.long, device=device))
+            rstride.append(torch.full((a.numel(),), stride, dtype=torch.long, device=device))
+        pc, pi, base, rstride = torch.cat(pc), torch.cat(pi), torch.cat(base), torch.cat(rstride)  # [n_pairs]
+        n_pairs = int(pc.numel())
+        info = {
+            side: dict(zip(("idx", "row", "start", "size"), torch.tensor(spans[side], device=device).T))
+            for side in (True, False)
+        }
+        w = int(max(int(info[s]["size"].max()) for s in (True, False)))
+        ar = torch.arange(w, device=device)
+        # [S, w] mask of each span's points and their index in its side of the group block (pad -> first)
+        span_mask = {s: ar[None, :] < info[s]["size"][:, None] for s in (True, False)}
+        span_idx = {
+            s: torch.where(span_mask[s], info[s]["idx"][:, None] + ar, info[s]["idx"][:, None])
+            for s in (True, False)
+        }
+
+        dist = torch.empty(n_pairs, device=device)  # W1(P_k, P_l) / nbar of every pair
+        per_chunk = max(1, self.chunk_elements // (w * w))
+        for lo in range(0, n_pairs, per_chunk):
+            sl = slice(lo, lo + per_chunk)
+            ic, ii = span_idx[True][pc[sl]], span_idx[False][pi[sl]]  # [B, w]
+            gather = base[sl, None, None] + ic[:, :, None] * rstride[sl, None, None] + ii[:, None, :]
+            cost = flat[gather]  # [B, w, w]
+            dist[sl] = self._solve(cost, span_mask[True][pc[sl]], span_mask[False][pi[sl]])
+
+        # d_{i,k}: correct spans take the min over their row of the pair matrix, incorrect spans the column.
+        d = {}
+        for side, ids in ((True, pc), (False, pi)):
+            n = int(info[side]["size"].numel())
+            d[side] = torch.full((n,), float("inf"), device=device).scatter_reduce(
+                0, ids, dist, "amin", include_self=True
+            )
+
+        # w_{i,t} = max over spans containing t of d_{i,k} (d >= 0, so 0 is a neutral start).
+        flat_w = torch.zeros(N * T, device=device)
+        for side in (True, False):
+            pos = info[side]["row"][:, None] * T + info[side]["start"][:, None] + ar  # [S, w]
+            m = span_mask[side]
+            flat_w.scatter_reduce_(0, pos[m], d[side][:, None].expand_as(pos)[m], "amax", include_self=True)
+        new = flat_w.view(N, T).clamp(min=0) * mask.float()
+        weights = torch.where(weighted[:, None], new, weights)
+        return weights, weighted, n_pairs
+
+    # ------------------------------------------------------------------ assigner
+    def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
+        hidden = scorer.policy(hidden=True).hidden  # [N, T, H] fp32, no grad
+        if hidden is None:
+            raise RuntimeError("SHEARCredit needs hidden states: scorer.policy(hidden=True) returned none")
+        mask = rollout.completion_mask  # [N, T]
+        weights, weighted, n_pairs = self.token_weights(hidden, mask, rollout.rewards, rollout.group)
+        adv = self.group_advantages(rollout)  # [N]
+        advantages = adv[:, None] * weights * mask  # [N, T]
+
+        active = weights[weighted[:, None] & mask.bool()]  # weights of weighted rows' active tokens
+        nan = float("nan")
+        n_groups = int(rollout.group.max()) + 1 if rollout.num_rows else 0
+        mixed = len(rollout.group[weighted].unique()) if bool(weighted.any()) else 0
+        metrics = {
+            "weight_mean": float(active.mean()) if active.numel() else nan,
+            "weight_p50": float(active.quantile(0.5)) if active.numel() else nan,
+            "weight_p90": float(active.quantile(0.9)) if active.numel() else nan,
+            "weight_max": float(active.max()) if active.numel() else nan,
+            "pairs": float(n_pairs),
+            "frac_groups_weighted": mixed / max(n_groups, 1),
+        }
+        return Credit(advantages=advantages, metrics=metrics)
