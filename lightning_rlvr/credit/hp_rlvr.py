@@ -1,0 +1,300 @@
+"""HP-RLVR: hindsight-privileged token credit from a single rollout per prompt (METHODS.md section 3).
+
+Only the paper's abstract is public; what is marked [proposed] below is this
+project's design and every such choice is a constructor argument.
+
+What: RLVR with **one** completion per prompt (G = 1). GRPO's group advantage is
+undefined there (a group of one has no spread), so HP-RLVR supplies its own
+token advantage. The rollout-time policy scores every completion token twice:
+
+* **causal view** p_t = pi(. | x, o_<t): the token as it was generated;
+* **hindsight view** q_t = pi(. | x, H_k, sep, o_<t) for a token ``t`` of step ``k``,
+  where the hindsight H_k holds the *realised future* (steps k+1..K of the same
+  completion) and the verifier's feedback (pass/fail and its message). [proposed]
+  The completion is split into steps at a delimiter (newline by default) and
+  consecutive steps are merged so that there are at most ``max_steps`` of them.
+  o_t itself is never in the hindsight context: H_k starts after step k ends, and
+  the causal prefix appended after the separator stops before t.
+
+The normalised Jensen-Shannon divergence between the two views
+
+    w_t = JSD(p_t, q_t) / ln 2            in [0, 1]   (full vocabulary)
+
+says how much knowing the outcome changes the policy's view of token t: tokens
+that the future/feedback "explains" get a large weight, tokens any continuation
+would have produced get ~0. It weights the reward relative to a historical
+per-prompt baseline b_x (no group, no critic, no reference solution):
+
+    c_t = w_t * (r - b_x)                 in [-1, 1] for rewards in [0, 1]
+    b_x <- m * b_x + (1 - m) * r          (m = 0.9, after the advantage is computed)
+
+A prompt seen for the first time starts from the global running mean of all
+rewards seen so far (0.5 before any). Failures get negative credit and
+successes positive credit whenever r != b_x, so unlike GRPO with an all-0 or
+all-1 group, a step almost never has a zero gradient (``frac_zero_grad``).
+
+The baseline table is training state: ``state_dict`` / ``load_state_dict`` save
+and restore it with every checkpoint. Memory bound: the table is an LRU of at
+most ``max_prompts`` entries keyed by a 64-bit blake2b hash of the prompt text
+(a stable hash: Python's ``hash`` is salted per process); one entry costs about
+170 bytes in memory (measured: ~17 MB for 100_000) and two numbers in a checkpoint,
+so the default bound keeps the table under ~20 MB. The least recently used prompt is evicted first
+(and, if it comes back, restarts from the global mean).
+
+Cost: one extra no-grad forward pass per (row, step) view through
+``Scorer.compare``, of length |prompt| + |future| + |feedback| + |prefix|.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import string
+from collections import OrderedDict
+
+import torch
+from torch import Tensor
+
+from lightning_rlvr.credit.base import Credit, CreditAssigner
+from lightning_rlvr.rollout import Rollout
+from lightning_rlvr.scoring import Scorer
+
+LN2 = math.log(2.0)
+_FIELDS = ("future", "verdict", "feedback")
+
+
+def normalized_jsd(teacher_logp: Tensor, student_logp: Tensor) -> Tensor:
+    """JSD(p, q) / ln 2 over the last (vocabulary) axis, in [0, 1]: [..., V] x [..., V] -> [...].
+
+    Exact zeros in either distribution (log-prob -inf) are handled: 0 * log 0 = 0, so
+    disjoint supports give exactly 1 and identical distributions exactly 0.
+    """
+    lq, lp = teacher_logp.float(), student_logp.float()  # [..., V]
+    lm = torch.logaddexp(lp, lq) - LN2  # log of the mixture (p + q) / 2
+
+    def kl_to_mixture(la: Tensor) -> Tensor:
+        a = la.exp()
+        return torch.where(a > 0, a * (la - lm), torch.zeros_like(a)).sum(-1)
+
+    jsd = 0.5 * kl_to_mixture(lp) + 0.5 * kl_to_mixture(lq)
+    return (jsd / LN2).clamp(0.0, 1.0)
+
+
+def prompt_key(prompt: str) -> int:
+    """A stable 64-bit key of the prompt text (the same in every process)."""
+    return int.from_bytes(hashlib.blake2b(prompt.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def split_steps(is_delim: Tensor, max_steps: int) -> Tensor:
+    """Step index of every token of one completion: [L] bool -> [L] long in 0..K-1, K <= max_steps.
+
+    A delimiter token ends its step (it belongs to the step before it); the tokens
+    after the last delimiter form the final step. With n > max_steps raw steps,
+    raw step j goes to merged step floor(j * max_steps / n): contiguous groups of
+    consecutive steps, every merged step non-empty.
+    """
+    d = is_delim.long()
+    raw = torch.cumsum(d, 0) - d  # delimiters strictly before t
+    if raw.numel() == 0:
+        return raw
+    n = int(raw[-1]) + 1
+    return raw if n <= max_steps else (raw * max_steps) // n
+
+
+class HPRLVRCredit(CreditAssigner):
+    """c_t = w_t (r - b_x) with w_t = JSD(causal, hindsight) / ln 2 and a per-prompt moving-average baseline.
+
+    Args:
+        step_delimiter: text that ends a step [proposed: newline]. Every token whose
+            decoded text contains it ends a step (plus ``scorer.encode(step_delimiter)``
+            when that is a single token), so BPE tokens that merge a newline still count.
+        max_steps: at most K steps per completion; more are merged into K contiguous groups [proposed: 8].
+        hindsight_template: what follows the prompt in the hindsight context; ``{future}``
+            is replaced by the token ids of steps k+1..K (EOS removed), ``{verdict}`` by
+            ``pass_text``/``fail_text``, ``{feedback}`` by the verifier's message. Each
+            text piece is encoded on its own [proposed].
+        separator: text between the hindsight and the causal prefix [proposed].
+        pass_text: the verdict of a passing completion [proposed].
+        fail_text: the verdict of a failing completion [proposed].
+        pass_threshold: a completion passes when its reward is >= this [proposed: 1.0].
+        momentum: m of the baseline update b <- m b + (1 - m) r [METHODS.md: 0.9].
+        initial_baseline: the global mean before any reward is seen [proposed: 0.5].
+        max_prompts: LRU bound of the baseline table (entries; ~170 B each) [proposed: 100_000].
+    """
+
+    def __init__(
+        self,
+        step_delimiter: str = "\n",
+        max_steps: int = 8,
+        hindsight_template: str = "\nLater steps:\n{future}\nVerifier: {verdict}. {feedback}",
+        separator: str = "\nSolution:\n",
+        pass_text: str = "pass",
+        fail_text: str = "fail",
+        pass_threshold: float = 1.0,
+        momentum: float = 0.9,
+        initial_baseline: float = 0.5,
+        max_prompts: int = 100_000,
+    ) -> None:
+        super().__init__(scale_by_std=False)
+        if max_steps < 1:
+            raise ValueError("max_steps must be >= 1")
+        if not 0.0 <= momentum <= 1.0:
+            raise ValueError("momentum must be in [0, 1]")
+        if max_prompts < 1:
+            raise ValueError("max_prompts must be >= 1")
+        if not step_delimiter:
+            raise ValueError("step_delimiter must be a non-empty string")
+        self._pieces: list[tuple[str, str | None]] = []  # (literal text, field or None)
+        for literal, field, _spec, _conv in string.Formatter().parse(hindsight_template):
+            if field is not None and field not in _FIELDS:
+                raise ValueError(f"hindsight_template field {{{field}}} unknown; expected one of {_FIELDS}")
+            self._pieces.append((literal, field))
+        self.step_delimiter = step_delimiter
+        self.max_steps = max_steps
+        self.hindsight_template = hindsight_template
+        self.separator = separator
+        self.pass_text = pass_text
+        self.fail_text = fail_text
+        self.pass_threshold = pass_threshold
+        self.momentum = momentum
+        self.initial_baseline = initial_baseline
+        self.max_prompts = max_prompts
+        self.baselines: OrderedDict[int, float] = OrderedDict()  # prompt key -> b_x, oldest first
+        self.global_mean = initial_baseline
+        self.global_count = 0
+        self._delim_cache: tuple[int, Tensor] | None = None  # (id(tokenizer), ids)
+
+    # ------------------------------------------------------------------ steps and contexts
+    def delimiter_ids(self, scorer: Scorer) -> Tensor:
+        """Token ids that end a step: [D] (computed once per tokenizer)."""
+        tok = scorer.tokenizer
+        if self._delim_cache is not None and self._delim_cache[0] == id(tok):
+            return self._delim_cache[1].to(scorer.rollout.completion_ids.device)
+        ids = set()
+        enc = scorer.encode(self.step_delimiter).tolist()
+        if len(enc) == 1:
+            ids.add(enc[0])
+        vocab = tok.batch_decode([[i] for i in range(len(tok))])  # one decode of the vocabulary
+        ids.update(i for i, text in enumerate(vocab) if self.step_delimiter in text)
+        special = set(getattr(tok, "all_special_ids", []) or [])
+        out = torch.tensor(sorted(ids - special), dtype=torch.long)
+        self._delim_cache = (id(tok), out)
+        return out.to(scorer.rollout.completion_ids.device)
+
+    def hindsight_context(
+        self, prompt: Tensor, future: Tensor, verdict: str, feedback: str, encode
+    ) -> Tensor:
+        """[prompt ; template(future, verdict, feedback) ; separator] as 1-D ids."""
+        parts = [prompt]
+        for literal, field in self._pieces:
+            if literal:
+                parts.append(encode(literal))
+            if field == "future":
+                parts.append(future)
+            elif field == "verdict":
+                parts.append(encode(verdict))
+            elif field == "feedback" and feedback:
+                parts.append(encode(feedback))
+        if self.separator:
+            parts.append(encode(self.separator))
+        return torch.cat([p.to(prompt.device, torch.long) for p in parts])
+
+    def views(
+        self, rollout: Rollout, scorer: Scorer
+    ) -> tuple[list[Tensor], list[int], list[tuple[int, int]]]:
+        """Hindsight contexts, rows and (start, end) spans of every (row, step) view."""
+        delim = self.delimiter_ids(scorer)  # [D]
+        cache: dict[str, Tensor] = {}
+
+        def encode(text: str) -> Tensor:
+            if text not in cache:
+                cache[text] = scorer.encode(text)
+            return cache[text]
+
+        contexts, rows, spans = [], [], []
+        for i in range(rollout.num_rows):
+            toks = rollout.completion_tokens(i)  # [L]
+            if toks.numel() == 0:
+                continue
+            step = split_steps(torch.isin(toks, delim), self.max_steps)  # [L]
+            counts = torch.bincount(step)  # [K]
+            ends = torch.cumsum(counts, 0).tolist()
+            starts = [0] + ends[:-1]
+            keep = (toks != rollout.eos_id) & (toks != rollout.pad_id)  # the future carries no EOS
+            prompt = rollout.prompt_tokens(i)
+            passed = float(rollout.rewards[i]) >= self.pass_threshold
+            verdict = self.pass_text if passed else self.fail_text
+            feedback = rollout.feedback[i] if i < len(rollout.feedback) else ""
+            for start, end in zip(starts, ends):
+                future = toks[end:][keep[end:]]  # steps k+1..K
+                contexts.append(self.hindsight_context(prompt, future, verdict, feedback, encode))
+                rows.append(i)
+                spans.append((start, end))
+        return contexts, rows, spans
+
+    # ------------------------------------------------------------------ baseline table
+    def _lookup(self, key: int) -> float:
+        """b_x (inserting the global mean for a new prompt), marking it most recently used."""
+        if key in self.baselines:
+            self.baselines.move_to_end(key)
+        else:
+            self.baselines[key] = self.global_mean
+            while len(self.baselines) > self.max_prompts:
+                self.baselines.popitem(last=False)
+        return self.baselines[key]
+
+    def baselines_for(self, rollout: Rollout) -> tuple[Tensor, list[int]]:
+        """The pre-update baseline of every row [N] and its prompt key."""
+        keys = [prompt_key(rollout.problems[int(g)].prompt) for g in rollout.group.tolist()]
+        values = [self._lookup(k) for k in keys]
+        return torch.tensor(values, dtype=torch.float32, device=rollout.rewards.device), keys
+
+    def update_baselines(self, keys: list[int], rewards: list[float]) -> None:
+        """b_x <- m b_x + (1 - m) r per reward (in row order), then the global running mean."""
+        m = self.momentum
+        for key, r in zip(keys, rewards):
+            self.baselines[key] = m * self._lookup(key) + (1.0 - m) * r
+        for r in rewards:
+            self.global_count += 1
+            self.global_mean += (r - self.global_mean) / self.global_count
+
+    # ------------------------------------------------------------------ credit
+    def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
+        if rollout.rewards is None:
+            raise ValueError("HP-RLVR needs the verifier's rewards (rollout.rewards is None)")
+        mask = rollout.completion_mask.float()  # [N, T]
+        contexts, rows, spans = self.views(rollout, scorer)
+        if rows:
+            weights = scorer.compare(contexts, rows, normalized_jsd, spans=spans) * mask  # [N, T]
+        else:
+            weights = torch.zeros_like(mask)
+        baseline, keys = self.baselines_for(rollout)  # [N], before this step's rewards
+        rewards = rollout.rewards.float()  # [N]
+        advantages = weights * (rewards - baseline)[:, None]  # [N, T]
+        self.update_baselines(keys, rewards.tolist())
+        n_tok = mask.sum().clamp(min=1.0)
+        metrics = {
+            "weight_mean": float(weights.sum() / n_tok),
+            "baseline_mean": float(baseline.mean()),
+            "frac_zero_grad": float(bool((advantages != 0).sum() == 0)),
+            "steps_mean": len(rows) / max(rollout.num_rows, 1),
+            "advantage_abs_mean": float(advantages.abs().sum() / n_tok),
+            "prompts_tracked": float(len(self.baselines)),
+        }
+        return Credit(advantages=advantages, metrics=metrics)
+
+    # ------------------------------------------------------------------ checkpoint state
+    def state_dict(self) -> dict:
+        return {
+            "keys": list(self.baselines.keys()),  # least recently used first
+            "values": list(self.baselines.values()),
+            "global_mean": self.global_mean,
+            "global_count": self.global_count,
+        }
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        keys, values = list(state_dict["keys"]), list(state_dict["values"])
+        pairs = list(zip(keys, values))[-self.max_prompts :]  # keep the most recent under a smaller bound
+        self.baselines = OrderedDict((int(k), float(v)) for k, v in pairs)
+        self.global_mean = float(state_dict["global_mean"])
+        self.global_count = int(state_dict["global_count"])
