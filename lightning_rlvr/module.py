@@ -28,6 +28,7 @@ import logging
 import math
 import random
 import time
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -43,11 +44,12 @@ from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.metrics import PassAtK
 from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
 from lightning_rlvr.objectives import clipped_surrogate, kl_k3, loss_weights, zero_std_groups
+from lightning_rlvr.prompts import PromptFormat
 from lightning_rlvr.rewards.overlong import RewardShaper
 from lightning_rlvr.rollout import Rollout, sample
 from lightning_rlvr.scoring import Scorer, causal_lm_forward, entropy_from_logits, token_logprobs
 from lightning_rlvr.tasks.addition import AdditionTask
-from lightning_rlvr.tasks.base import Problem, Task, safe_check
+from lightning_rlvr.tasks.base import Problem, Task
 from lightning_rlvr.warmstart import WarmStart
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,7 @@ class RLVRModule(LightningModule):
         lora: ``peft.LoraConfig`` fields; when set only adapters train.
         reward_shaping: applied in order to the verifier's rewards (e.g. DAPO's ``OverlongPenalty``).
         dynamic_sampling: keep only informative groups, sampling more prompts (DAPO).
+        prompt_format: chat template or plain template around each prompt (default: the prompt as is).
         group_size: completions per prompt (G).
         max_new_tokens: completion budget (L_max).
         temperature: sampling temperature for rollouts and evaluation.
@@ -128,6 +131,7 @@ class RLVRModule(LightningModule):
         lora: dict[str, Any] | None = None,
         reward_shaping: list[RewardShaper] | None = None,
         dynamic_sampling: DynamicSampling | None = None,
+        prompt_format: PromptFormat | None = None,
         group_size: int = 8,
         max_new_tokens: int = 48,
         temperature: float = 1.0,
@@ -167,6 +171,7 @@ class RLVRModule(LightningModule):
         self.lora = lora
         self.reward_shaping = list(reward_shaping or [])
         self.dynamic_sampling = dynamic_sampling
+        self.prompt_format = prompt_format
         self.group_size = group_size
         self.max_new_tokens = max_new_tokens
         self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
@@ -241,6 +246,7 @@ class RLVRModule(LightningModule):
             group_size,
             self.max_new_tokens,
             synced=world_size() > 1,  # under FSDP every rank must run the same number of forwards
+            render=None if self.prompt_format is None else partial(self.prompt_format.render, self.tokenizer),
             **self.sampling,
         )
 
@@ -280,15 +286,13 @@ class RLVRModule(LightningModule):
 
     def verify(self, rollout: Rollout) -> int:
         """Fill ``rollout.rewards`` and ``feedback``; returns the number of verifier errors."""
-        rewards, feedback, errors = [], [], 0
-        for i, text in enumerate(rollout.completions):
-            verdict, raised = safe_check(self.task, text, rollout.problems[int(rollout.group[i])])
-            rewards.append(verdict.reward)
-            feedback.append(verdict.feedback)
-            errors += raised
-        rollout.rewards = torch.tensor(rewards, dtype=torch.float32, device=self.device)
-        rollout.feedback = feedback
-        return errors
+        problems = [rollout.problems[int(g)] for g in rollout.group]
+        results = self.task.check_batch(rollout.completions, problems)  # [(verdict, raised)] * N
+        rollout.rewards = torch.tensor(
+            [v.reward for v, _ in results], dtype=torch.float32, device=self.device
+        )
+        rollout.feedback = [v.feedback for v, _ in results]
+        return sum(raised for _, raised in results)
 
     # ------------------------------------------------------------------ training
     def training_step(self, batch: list[Problem], batch_idx: int) -> None:

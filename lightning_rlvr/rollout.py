@@ -8,6 +8,7 @@ completion mask covers tokens up to and including the first EOS.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -105,13 +106,16 @@ def sample(
     top_k: int = 0,
     do_sample: bool = True,
     synced: bool = False,
+    render: Callable[[str], str] | None = None,
 ) -> Rollout:
     """G completions for each of B prompts in one batched ``generate`` call with KV cache.
 
-    ``synced`` keeps every rank generating until all ranks are done (needed under FSDP).
+    ``synced`` keeps every rank generating until all ranks are done (needed under FSDP);
+    ``render`` turns a problem's prompt into the text the model sees (e.g. a chat template).
     """
     device = next(model.parameters()).device
-    enc = tokenizer([p.prompt for p in problems], return_tensors="pt", padding=True, add_special_tokens=False)
+    texts = [render(p.prompt) if render else p.prompt for p in problems]
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     prompt_ids = enc["input_ids"].repeat_interleave(group_size, 0).to(device)  # [N, P]
     prompt_mask = enc["attention_mask"].repeat_interleave(group_size, 0).to(device)  # [N, P]
     was_training = model.training

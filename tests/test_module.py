@@ -62,3 +62,12 @@ def test_nan_loss_skips_updates_then_stops_with_a_clear_error(tmp_path):
     assert module.rl_step == 2  # two steps were skipped, the third raised
     for k, v in module.state_dict().items():
         assert torch.equal(v, before[k]), k  # no NaN reached the weights
+
+
+def test_prompt_format_shapes_what_the_policy_sees():
+    from lightning_rlvr.prompts import PromptFormat
+
+    module = tiny_module(task=AdditionTask(digits=1), prompt_format=PromptFormat(template="Q 1+1= 2;{prompt}"))
+    problem = AdditionTask(digits=1).problem("train", 0)
+    rollout = module.rollout([problem], 2)
+    assert module.tokenizer.decode(rollout.prompt_tokens(0)) == "Q 1+1= 2;" + problem.prompt

@@ -1,5 +1,18 @@
-"""Reward shaping applied after the verifier (composable with any task)."""
+"""Verifiers and reward shaping: math answer equivalence, a code sandbox, DAPO's overlong penalty."""
 
+from lightning_rlvr.rewards.math import completion_answer, math_equal, math_reward, reference_answer
 from lightning_rlvr.rewards.overlong import OverlongPenalty, RewardShaper
+from lightning_rlvr.rewards.sandbox import SandboxLimits, SandboxResult, run_python, sandbox_report
 
-__all__ = ["OverlongPenalty", "RewardShaper"]
+__all__ = [
+    "OverlongPenalty",
+    "RewardShaper",
+    "SandboxLimits",
+    "SandboxResult",
+    "completion_answer",
+    "math_equal",
+    "math_reward",
+    "reference_answer",
+    "run_python",
+    "sandbox_report",
+]

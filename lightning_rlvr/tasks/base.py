@@ -47,6 +47,17 @@ class Task:
         """Score ``completion``; it may be malformed, and must then get a low reward, not raise."""
         raise NotImplementedError
 
+    def check_batch(self, completions: list[str], problems: list[Problem]) -> list[tuple[Verdict, bool]]:
+        """Score many completions (``problems[i]`` belongs to ``completions[i]``): ``(verdict, raised)`` each.
+
+        The default loops ``safe_check``; tasks with slow verifiers (code execution) override it to
+        run in parallel. Either way one raising completion gives reward 0 and ``raised=True`` while
+        the rest of the batch is still scored.
+        """
+        if len(completions) != len(problems):
+            raise ValueError(f"{len(completions)} completions but {len(problems)} problems")
+        return [safe_check(self, c, p) for c, p in zip(completions, problems)]
+
     def train_problem(self, step_index: int) -> Problem:
         """The problem at position ``step_index`` of the training stream (cycles a finite split)."""
         n = self.size("train")

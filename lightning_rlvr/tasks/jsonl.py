@@ -50,13 +50,22 @@ def load_rows(path: str, fields: list[str]) -> list[dict]:
     missing = [f for f in fields if f not in rows.column_names]
     if missing:
         raise RLVRError(f"{path}: no column {missing[0]!r} (columns: {rows.column_names})")
-    out = []
+    out = list(rows)
+    check_rows(path, out, fields)
+    return out
+
+
+def check_rows(path: str, rows: list[dict], fields: list[str], value=lambda field, cell: cell) -> None:
+    """Raise an error naming ``path`` and the row when a field is missing or empty.
+
+    ``value(field, cell)`` maps a cell to what must be non-empty (e.g. the final answer inside
+    a worked solution).
+    """
     for i, row in enumerate(rows):
         for f in fields:
-            if row[f] is None or str(row[f]).strip() == "":
+            cell = row.get(f)
+            if cell is None or str(cell).strip() == "" or str(value(f, cell)).strip() == "":
                 raise RLVRError(f"{path}: row {i} has no {f!r} (missing or empty)")
-        out.append(row)
-    return out
 
 
 class JsonlTask(Task):
@@ -90,6 +99,7 @@ class JsonlTask(Task):
             "test": load_rows(test_file, needed),
         }
         self._rows["val"] = load_rows(val_file, needed) if val_file else self._rows["test"]
+        self.files = {"train": train_file, "test": test_file, "val": val_file or test_file}
 
     def size(self, split: str) -> int | None:
         return len(self._rows[split])

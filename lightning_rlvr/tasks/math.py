@@ -1,0 +1,57 @@
+"""Math word problems and competition math from local files, scored by ``math-verify``.
+
+GSM8K rows (``question``, ``answer`` = worked solution ending in ``#### 42``)
+and MATH rows (``problem``, ``solution`` with a ``\\boxed{}``, optionally a
+plain ``answer``) load through ``JsonlTask``'s column mapping. The reference is
+the final answer inside the answer cell (``lightning_rlvr.rewards.math.reference_answer``);
+a row whose final answer is missing or empty is an error naming the file and row.
+A completion earns reward 1 when its answer (last ``\\boxed{}``, else after
+``####`` / ``answer:``, else what ``math-verify`` finds) equals the reference
+symbolically: ``0.5``, ``1/2`` and ``\\frac{1}{2}`` all match.
+"""
+
+from __future__ import annotations
+
+from lightning_rlvr.rewards.math import math_reward, reference_answer
+from lightning_rlvr.tasks.base import SPLITS, Problem, Verdict
+from lightning_rlvr.tasks.jsonl import JsonlTask, check_rows
+
+
+class MathTask(JsonlTask):
+    """Math problems from local JSONL / JSON / CSV / parquet, checked by answer equivalence.
+
+    Args:
+        train_file, test_file, val_file: rows per split (``val`` defaults to ``test``).
+        question_field: column with the problem (GSM8K: ``question``; MATH: ``problem``).
+        answer_field: column with the answer or a worked solution that ends in it
+            (GSM8K: ``answer`` with ``#### 42``; MATH: ``answer``, or ``solution`` with ``\\boxed{}``).
+        solution_field: optional column with a worked solution (used by the warm start).
+        template: how a question becomes a prompt; ``{question}`` is replaced.
+    """
+
+    def __init__(
+        self,
+        train_file: str,
+        test_file: str,
+        val_file: str | None = None,
+        question_field: str = "question",
+        answer_field: str = "answer",
+        solution_field: str | None = None,
+        template: str = "{question}",
+    ) -> None:
+        super().__init__(
+            train_file, test_file, val_file, question_field, answer_field, solution_field, template
+        )
+        final = lambda field, cell: reference_answer(cell) if field == answer_field else cell
+        for split in SPLITS:
+            check_rows(self.files[split], self._rows[split], [answer_field], value=final)
+
+    def problem(self, split: str, index: int) -> Problem:
+        p = super().problem(split, index)
+        p.meta["answer_text"] = p.answer
+        p.answer = reference_answer(p.answer)
+        return p
+
+    def check(self, completion: str, problem: Problem) -> Verdict:
+        reward, feedback = math_reward(completion, problem.answer)
+        return Verdict(reward, feedback)
