@@ -12,11 +12,10 @@ problem of a split is drawn from an RNG seeded by ``(seed, split, index)``.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 
-from lightning_rlvr.tasks.base import SPLITS, Problem, Task, Verdict
+from lightning_rlvr.tasks.base import SPLITS, Problem, Task, Verdict, split_of
 
 _ANSWER = re.compile(r"answer:\s*(-?\d+)")
 
@@ -56,22 +55,13 @@ class AdditionTask(Task):
         self._lo = 0 if digits == 1 else 10 ** (digits - 1)
         self._hi = 10**digits - 1
 
-    def _split_of(self, a: int, b: int) -> str:
-        h = hashlib.blake2b(f"{self.seed}:{a}:{b}".encode(), digest_size=8).digest()
-        u = int.from_bytes(h, "little") / 2**64
-        if u < self.test_fraction:
-            return "test"
-        if u < 2 * self.test_fraction:
-            return "val"
-        return "train"
-
     def problem(self, split: str, index: int) -> Problem:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
         rng = random.Random(f"{self.seed}:{split}:{index}")
         while True:
             a, b = rng.randint(self._lo, self._hi), rng.randint(self._lo, self._hi)
-            if self._split_of(a, b) == split:
+            if split_of(f"{self.seed}:{a}:{b}", self.test_fraction) == split:
                 break
         return Problem(
             prompt=f"Q {a}+{b}=",

@@ -8,10 +8,26 @@ that raises gives reward 0 and a counted error instead of stopping the run.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 SPLITS = ("train", "val", "test")
+
+
+def split_of(key: str, test_fraction: float) -> str:
+    """``test``, ``val`` or ``train`` for ``key`` by a stable hash: a fixed share each for test and val.
+
+    Procedural tasks assign every item to a split by its content, so splits are
+    disjoint by construction and never change under a fixed seed (put it in ``key``).
+    """
+    h = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    u = int.from_bytes(h, "little") / 2**64
+    if u < test_fraction:
+        return "test"
+    if u < 2 * test_fraction:
+        return "val"
+    return "train"
 
 
 @dataclass

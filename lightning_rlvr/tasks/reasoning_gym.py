@@ -16,13 +16,12 @@ convention), else the text after its last ``answer:``; the dataset's own
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 from typing import Any
 
 from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.tasks.base import SPLITS, Problem, Task, Verdict
+from lightning_rlvr.tasks.base import SPLITS, Problem, Task, Verdict, split_of
 
 _TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
 DEFAULT_TEMPLATE = "{question}\nGive your final answer as <answer>...</answer>.\n"
@@ -80,13 +79,7 @@ class ReasoningGymTask(Task):
             raise RLVRError(f"reasoning-gym {name!r} rejected config {self.config}: {err}") from err
 
     def split_of(self, question: str) -> str:
-        h = hashlib.blake2b(f"{self.seed}:{question}".encode(), digest_size=8).digest()
-        u = int.from_bytes(h, "little") / 2**64
-        if u < self.test_fraction:
-            return "test"
-        if u < 2 * self.test_fraction:
-            return "val"
-        return "train"
+        return split_of(f"{self.seed}:{question}", self.test_fraction)
 
     def problem(self, split: str, index: int) -> Problem:
         if split not in SPLITS:
