@@ -26,12 +26,10 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import random
 import time
 from functools import partial
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor
@@ -48,43 +46,12 @@ from lightning_rlvr.prompts import PromptFormat
 from lightning_rlvr.rewards.overlong import RewardShaper
 from lightning_rlvr.rollout import Rollout, sample
 from lightning_rlvr.scoring import Scorer, causal_lm_forward, entropy_from_logits, token_logprobs
+from lightning_rlvr.state import capture_rng, plain_value, restore_rng
 from lightning_rlvr.tasks.addition import AdditionTask
 from lightning_rlvr.tasks.base import Problem, Task
 from lightning_rlvr.warmstart import WarmStart
 
 log = logging.getLogger(__name__)
-
-
-def _plain(value: Any) -> bool:
-    """True for values a checkpoint can hold under ``torch.load(weights_only=True)``."""
-    if isinstance(value, (int, float, str, bool, type(None))):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_plain(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
-    return False
-
-
-def _capture_rng() -> dict:
-    np_state = np.random.get_state()
-    state = {
-        "torch": torch.get_rng_state(),
-        "numpy": [np_state[0], torch.from_numpy(np_state[1].copy()), *np_state[2:]],
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _restore_rng(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    name, keys, *rest = state["numpy"]
-    np.random.set_state((name, keys.numpy(), *rest))
-    random.setstate(tuple(v if not isinstance(v, list) else tuple(v) for v in state["python"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 class RLVRModule(LightningModule):
@@ -156,7 +123,7 @@ class RLVRModule(LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        for key in [k for k, v in self.hparams.items() if not _plain(v)]:
+        for key in [k for k, v in self.hparams.items() if not plain_value(v)]:
             del self.hparams[key]  # objects (Python use) cannot go in a weights-only checkpoint
         self.automatic_optimization = False
         self.task = task or AdditionTask()
@@ -297,7 +264,7 @@ class RLVRModule(LightningModule):
     # ------------------------------------------------------------------ training
     def training_step(self, batch: list[Problem], batch_idx: int) -> None:
         if self._pending_rng is not None:  # resumed: continue the exact random stream
-            _restore_rng(self._pending_rng)
+            restore_rng(self._pending_rng)
             self._pending_rng = None
         t0 = time.perf_counter()
         rollout, errors, sampling = self.collect(batch)  # N = B * G rows, rewards verified and shaped
@@ -466,7 +433,7 @@ class RLVRModule(LightningModule):
         checkpoint["rlvr"] = {
             "rl_step": self.rl_step,
             "verifier_errors": self.verifier_errors,
-            "rng": _capture_rng(),
+            "rng": capture_rng(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
