@@ -11,6 +11,7 @@ import os
 import socket
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,16 @@ def reward(code: str, limits: SandboxLimits = LIMITS) -> float:
     """The reward a completion ``code`` gets under tests that pass when it runs to the end."""
     task = SandboxedCodeTask(limits, workers=1)
     return task.check(code, Problem(prompt="", answer="pass")).reward
+
+
+def _visible_dir() -> Path:
+    """A directory outside /tmp, /var/tmp and /dev/shm whose ancestors everyone may traverse."""
+    (REPO / ".pytest_cache").mkdir(exist_ok=True)
+    for base in (REPO / ".pytest_cache", Path("/var/lib"), Path("/srv"), Path("/opt")):
+        private = str(base).startswith(("/tmp", "/var/tmp", "/dev/shm"))
+        if base.is_dir() and not private and all(p.stat().st_mode & 0o001 for p in [base, *base.parents]):
+            return base
+    raise AssertionError("no world-traversable directory outside /tmp to plant a canary in")
 
 
 def still_works():
@@ -117,7 +128,8 @@ def test_no_network():
         if ROOT:
             with pytest.raises(BlockingIOError):
                 server.accept()  # nobody connected
-        assert reward("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)") == 0.0
+        # no interface but loopback in the sandbox's own namespace (never probe a real outside address)
+        assert reward("import socket\nassert socket.if_nameindex() != [(1, 'lo')]") == 0.0
     finally:
         server.close()
     still_works()
@@ -133,14 +145,16 @@ def test_no_network():
     ids=["os.remove", "shutil.rmtree", "subprocess rm -rf", "overwrite"],
 )  # fmt: skip
 def test_files_outside_the_work_dir_survive(attack):
-    # A world-readable directory outside /tmp (the sandbox sees its own /tmp): only permissions protect it.
-    canary_dir = REPO / ".pytest_cache" / f"sandbox-canary-{uuid.uuid4().hex}"
+    # A world-readable directory the sandbox can see (not under /tmp, which it replaces with its
+    # own): only permissions protect it. The repository may itself live under /tmp or /root.
+    canary_dir = _visible_dir() / f"sandbox-canary-{uuid.uuid4().hex}"
     canary_dir.mkdir(parents=True)
     try:
         canary = canary_dir / "canary.txt"
         canary.write_text("alive")
         os.chmod(canary_dir, 0o755)
         os.chmod(canary, 0o644)
+        assert reward(f"import os\nassert open({str(canary)!r}).read() == 'alive'") == 1.0  # it is visible
         assert reward(attack.format(file=str(canary), dir=str(canary_dir))) == 0.0
         assert canary.read_text() == "alive"
     finally:
