@@ -67,7 +67,9 @@ def test_nan_loss_skips_updates_then_stops_with_a_clear_error(tmp_path):
 def test_prompt_format_shapes_what_the_policy_sees():
     from lightning_rlvr.prompts import PromptFormat
 
-    module = tiny_module(task=AdditionTask(digits=1), prompt_format=PromptFormat(template="Q 1+1= 2;{prompt}"))
+    module = tiny_module(
+        task=AdditionTask(digits=1), prompt_format=PromptFormat(template="Q 1+1= 2;{prompt}")
+    )
     problem = AdditionTask(digits=1).problem("train", 0)
     rollout = module.rollout([problem], 2)
     assert module.tokenizer.decode(rollout.prompt_tokens(0)) == "Q 1+1= 2;" + problem.prompt

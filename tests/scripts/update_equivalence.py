@@ -62,7 +62,9 @@ def main() -> None:
             loss_agg=agg,
             validate_at_start=False,
         )
-        strategy = ModelParallelStrategy(data_parallel_size=world, tensor_parallel_size=1) if world > 1 else "auto"
+        strategy = (
+            ModelParallelStrategy(data_parallel_size=world, tensor_parallel_size=1) if world > 1 else "auto"
+        )
         trainer = Trainer(
             accelerator="cpu",
             devices=world,

@@ -1,0 +1,309 @@
+"""Where does each method put the credit? One group of rollouts, every method's token weights, as HTML.
+
+    python -m lightning_rlvr.credit_view --ckpt runs/quickstart/checkpoints/last.ckpt \\
+        --methods configs/method/grpo.yaml configs/method/shear.yaml --prompt-index 0 --out view.html
+
+For one prompt, the checkpoint's policy samples one group of G completions and
+the task's verifier scores them. Each method's credit assigner is built from
+the ``model.credit`` section of its YAML (validated against the class signature
+by jsonargparse, as the CLI does) and run on the SAME rollout and the SAME
+``Scorer``. A token's weight is its advantage divided by the rollout's GRPO
+advantage A_i (so GRPO is 1 everywhere and 2 means "twice GRPO's credit"); where
+A_i is 0 (a group whose rewards are all equal) the raw token advantage is shown
+instead. Each rollout is shown next to its nearest correct peer (the correct
+rollout of the group with the longest common prefix), with the first token
+where they diverge marked: the place hindsight and contrastive methods are
+meant to single out. A method that needs group structure the group lacks (no
+correct rollout, say) falls back to GRPO-like weights; that is its behaviour,
+not the view's. Only the verifier's reward is used: a method's reward shaping
+(DAPO's overlong penalty) and extra losses (HSD's distillation) are not drawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import html
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+from torch import Tensor
+
+from lightning_rlvr.credit.base import CreditAssigner
+from lightning_rlvr.objectives import group_advantages
+from lightning_rlvr.rollout import Rollout
+from lightning_rlvr.scoring import Scorer
+
+log = logging.getLogger(__name__)
+CORRECT = 0.5  # a rollout is correct when its reward exceeds this
+DEFAULT_METHODS = ["configs/method/grpo.yaml", "configs/method/*.yaml"]  # GRPO first: the yardstick
+
+
+# ---------------------------------------------------------------------------- methods from YAML
+def load_credit(path: str | Path) -> CreditAssigner:
+    """The credit assigner of a method YAML's ``model.credit`` (GRPO when the file sets none)."""
+    from jsonargparse import ArgumentParser
+
+    from lightning_rlvr.credit.grpo import GRPOCredit
+
+    section = ((yaml.safe_load(Path(path).read_text()) or {}).get("model") or {}).get("credit")
+    if section is None:
+        return GRPOCredit()
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--credit", type=CreditAssigner)
+    cfg = parser.parse_object({"credit": section})
+    return parser.instantiate_classes(cfg).credit
+
+
+# ---------------------------------------------------------------------------- what is drawn
+def token_weights(advantages: Tensor, grpo_advantage: Tensor, eps: float = 1e-8) -> Tensor:
+    """[N, T] advantages / GRPO's A_i per row where A_i != 0, else the advantages themselves."""
+    a = grpo_advantage[:, None]
+    safe = torch.where(a.abs() > eps, a, torch.ones_like(a))
+    return torch.where(a.abs() > eps, advantages / safe, advantages)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def nearest_correct_peer(tokens: list[list[int]], rewards: list[float], row: int) -> tuple[int, int] | None:
+    """(peer row, common-prefix length) of the correct rollout other than ``row`` sharing the longest
+    prefix with it (the lowest row on ties); None when the group has no other correct rollout."""
+    best = None
+    for j, (toks, r) in enumerate(zip(tokens, rewards)):
+        if j == row or r <= CORRECT:
+            continue
+        n = common_prefix(tokens[row], toks)
+        if best is None or n > best[1]:
+            best = (j, n)
+    return best
+
+
+@dataclass
+class MethodView:
+    name: str
+    cls: str
+    weights: Tensor  # [N, T]
+    advantages: Tensor  # [N, T]
+    metrics: dict[str, float]
+    extra_loss: bool  # the method also adds a per-token loss (not drawn)
+
+
+def assign_all(
+    methods: dict[str, CreditAssigner], rollout: Rollout, scorer: Scorer
+) -> tuple[Tensor, list[MethodView]]:
+    """Run every method on the same rollout and scorer: (GRPO advantages [N], one view per method)."""
+    grpo = group_advantages(rollout.rewards, rollout.group, scale=True)
+    views = []
+    for name, credit in methods.items():
+        with torch.no_grad():
+            out = credit.assign(rollout, scorer)
+        adv = out.advantages.detach().float() * rollout.completion_mask
+        extra = type(credit).token_loss is not CreditAssigner.token_loss
+        views.append(
+            MethodView(name, type(credit).__name__, token_weights(adv, grpo), adv, out.metrics, extra)
+        )
+    return grpo, views
+
+
+# ---------------------------------------------------------------------------- HTML
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+.tok { font-family: ui-monospace, monospace; white-space: pre; padding: 1px 0; border-radius: 2px; }
+.div { outline: 2px solid #1f5fbf; }
+table { border-collapse: collapse; }
+td, th { padding: 3px 8px; vertical-align: top; text-align: left; }
+th { font-weight: 600; white-space: nowrap; }
+section { border-top: 1px solid #ccc; padding: 0.6em 0; }
+.pair { display: flex; gap: 2em; flex-wrap: wrap; }
+.meta { color: #555; font-size: 0.9em; }
+.legend span { display: inline-block; width: 3.2em; text-align: center; font-size: 0.8em; }
+"""
+
+
+def _color(w: float, scale: float) -> str:
+    """Green for credit with GRPO's sign (darker = more), red for the opposite sign, white at 0."""
+    alpha = min(1.0, abs(w) / scale) * 0.85
+    rgb = "40,160,70" if w >= 0 else "215,50,40"
+    return f"rgba({rgb},{alpha:.3f})"
+
+
+def _token_text(tokenizer, token_id: int) -> str:
+    text = tokenizer.decode([token_id], skip_special_tokens=False)
+    return text if text else "\u2205"
+
+
+def _spans(tokenizer, ids: list[int], weights: list[float] | None, scale: float, mark: int | None) -> str:
+    out = []
+    for t, tid in enumerate(ids):
+        text = html.escape(_token_text(tokenizer, tid))
+        cls = "tok div" if t == mark else "tok"
+        if weights is None:
+            out.append(f'<span class="{cls}">{text}</span>')
+        else:
+            w = weights[t]
+            style = f"background:{_color(w, scale)}"
+            out.append(f'<span class="{cls}" style="{style}" title="t={t} w={w:.3g}">{text}</span>')
+    return "".join(out)
+
+
+def render_html(
+    rollout: Rollout, tokenizer, grpo: Tensor, views: list[MethodView], title: str, note: str = ""
+) -> str:
+    """The HTML: per rollout, one row a method (tokens coloured by weight), its nearest correct peer aside."""
+    N = rollout.num_rows
+    tokens = [rollout.completion_tokens(i).tolist() for i in range(N)]
+    rewards = [float(r) for r in rollout.rewards]
+    valid = [v.weights[i, : len(tokens[i])].abs() for v in views for i in range(N) if tokens[i]]
+    flat = torch.cat(valid) if valid else torch.ones(1)
+    scale = max(1.0, float(torch.quantile(flat, 0.95)))
+    problem = rollout.problems[0]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p><b>prompt</b> <span class='tok'>{html.escape(problem.prompt)}</span> &nbsp; "
+        f"<b>answer</b> {html.escape(problem.answer)} &nbsp; "
+        f"{sum(r > CORRECT for r in rewards)} of {N} correct</p>",
+        "<p class='meta'>Weight = token advantage / the rollout's GRPO advantage A_i (GRPO = 1 on every "
+        "token; hover a token for its value). Where A_i = 0 (all rewards in the group equal) the raw token "
+        "advantage is shown. Green: same sign as GRPO, darker = more credit; red: opposite sign. The "
+        "outlined token is where the rollout first differs from its nearest correct peer (longest common "
+        "prefix).</p>",
+        "<p class='legend'>"
+        + "".join(
+            f"<span style='background:{_color(w, scale)}'>{w:g}</span>"
+            for w in sorted({-round(scale, 2), -1.0, -0.5, 0.0, 0.5, 1.0, round(scale, 2)})
+        )
+        + "</p>",
+    ]
+    if note:
+        parts.append(f"<p class='meta'>{html.escape(note)}</p>")
+    extra = "; adds a per-token loss not drawn here"
+    methods = ", ".join(
+        f"<b>{html.escape(v.name)}</b> ({v.cls}{extra if v.extra_loss else ''})" for v in views
+    )
+    parts.append(f"<p>methods: {methods}</p>")
+    for i in range(N):
+        peer = nearest_correct_peer(tokens, rewards, i)
+        mark = peer[1] if peer is not None and peer[1] < len(tokens[i]) else None
+        raw = abs(float(grpo[i])) <= 1e-8
+        rows = []
+        for v in views:
+            w = v.weights[i, : len(tokens[i])].tolist()
+            mean = sum(w) / max(len(w), 1)
+            summary = f"mean {mean:.2f}, min {min(w, default=0):.2f}, max {max(w, default=0):.2f}"
+            rows.append(
+                f"<tr class='method' data-method='{html.escape(v.name)}'><th>{html.escape(v.name)}</th>"
+                f"<td>{_spans(tokenizer, tokens[i], w, scale, mark)}</td><td class='meta'>{summary}</td></tr>"
+            )
+        if peer is None:
+            peer_html = "<p class='meta'>no other correct rollout in this group</p>"
+        else:
+            j, n = peer
+            peer_mark = n if n < len(tokens[j]) else None
+            peer_html = (
+                f"<p class='meta'>nearest correct peer: rollout {j} (reward {rewards[j]:g}), "
+                f"common prefix {n} tokens</p><p>{_spans(tokenizer, tokens[j], None, scale, peer_mark)}</p>"
+            )
+        header = (
+            f"rollout {i} &middot; reward {rewards[i]:g} &middot; GRPO advantage {float(grpo[i]):+.3f}"
+            f"{' (0: raw advantages shown)' if raw else ''} &middot; {len(tokens[i])} tokens"
+        )
+        parts.append(
+            f"<section id='rollout-{i}'><h3>{header}</h3><div class='pair'><table>{''.join(rows)}</table>"
+            f"<div>{peer_html}</div></div></section>"
+        )
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------- entry point
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m lightning_rlvr.credit_view",
+        description=(
+            "Sample one group of rollouts for one prompt with a checkpoint's policy, run each method's "
+            "credit assigner (from its YAML's model.credit) on the same rollouts, and write an HTML page "
+            "of per-token weights (token advantage / GRPO advantage) next to each rollout's nearest "
+            "correct peer."
+        ),
+    )
+    p.add_argument(
+        "--ckpt", required=True, help="a lightning-rlvr checkpoint (e.g. .../checkpoints/last.ckpt)"
+    )
+    methods = (
+        "method YAML files or globs, named by file stem (default: GRPO, then every configs/method/*.yaml)"
+    )
+    p.add_argument("--methods", nargs="+", default=DEFAULT_METHODS, help=methods)
+    p.add_argument("--prompt-index", type=int, default=0, help="index of the prompt in --split (default 0)")
+    p.add_argument(
+        "--split", default="test", choices=["train", "val", "test"], help="task split (default test)"
+    )
+    p.add_argument(
+        "--group-size", type=int, default=None, help="rollouts in the group (default: the checkpoint's G)"
+    )
+    p.add_argument(
+        "--temperature", type=float, default=None, help="sampling temperature (default: the checkpoint's)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--out", default="credit_view.html", help="HTML file to write (default credit_view.html)")
+    return p
+
+
+def method_files(patterns: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern)) if any(c in pattern for c in "*?[") else [pattern]
+        if not matches:
+            raise SystemExit(f"credit_view: error: {pattern!r} matches no file")
+        for m in matches:
+            if not Path(m).is_file():
+                raise SystemExit(f"credit_view: error: method file {m!r} not found")
+            if Path(m) not in files:
+                files.append(Path(m))
+    return files
+
+
+def main(argv: list[str] | None = None) -> Path:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from lightning_rlvr.module import RLVRModule
+
+    module = RLVRModule.load_from_checkpoint(args.ckpt, map_location="cpu").eval()
+    methods: dict[str, CreditAssigner] = {}
+    for path in method_files(args.methods):
+        credit = load_credit(path)
+        if type(credit) is type(module.credit):  # same method as the checkpoint: its state too (baselines)
+            credit.load_state_dict(module.credit.state_dict())
+        methods[path.stem] = credit
+    problem = module.task.problem(args.split, args.prompt_index)
+    G = args.group_size or max(module.group_size, 2)
+    if args.temperature is not None:
+        module.sampling["temperature"] = args.temperature
+    torch.manual_seed(args.seed)
+    rollout = module.rollout([problem], G)
+    module.verify(rollout)
+    scorer = Scorer(module.model, rollout, module.tokenizer, module.micro_batch_size)
+    grpo, views = assign_all(methods, rollout, scorer)
+    title = f"Credit view: {Path(args.ckpt).name}, {args.split} prompt {args.prompt_index}, G = {G}"
+    note = f"checkpoint {args.ckpt} (its method: {type(module.credit).__name__}); sampling seed {args.seed}"
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_html(rollout, module.tokenizer, grpo, views, title, note))
+    log.info("wrote %s (%d rollouts x %d methods)", out, G, len(views))
+    return out
+
+
+if __name__ == "__main__":
+    main()

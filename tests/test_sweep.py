@@ -1,0 +1,209 @@
+"""The sweep runner: grid expansion, run ids, dry run, resume after a kill, and every shipped sweep file."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from lightning_rlvr import sweep as sw
+from tests.conftest import REPO, TINY
+
+SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def grid_sweep(tmp_path, monkeypatch):
+    """A sweep in tmp_path over two method files x two learning rates x three seeds."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "base.yaml", "model:\n  group_size: 4\n")
+    write(tmp_path / "method" / "alpha.yaml", "model:\n  loss_agg: seq_mean\n")
+    write(tmp_path / "method" / "beta.yaml", "model:\n  loss_agg: token_mean\n")
+    return write(
+        tmp_path / "grid.yaml",
+        "configs: [base.yaml]\n"
+        "overrides: {trainer.max_steps: 3}\n"
+        "grid:\n"
+        '  "config:method": [method/beta.yaml, "method/*.yaml"]\n'
+        "  model.lr: [1.0e-4, 5.0e-5]\n"
+        "  seed_everything: [0, 1, 2]\n",
+    )
+
+
+def test_grid_is_the_cartesian_product_with_config_file_axes(grid_sweep):
+    sweep = sw.load_sweep(grid_sweep)
+    runs = sw.expand(sweep)
+    assert len(runs) == 2 * 2 * 3
+    # beta is listed first; the glob adds alpha and does not repeat beta
+    assert [r.configs for r in runs[::6]] == [
+        ("base.yaml", "method/beta.yaml"),
+        ("base.yaml", "method/alpha.yaml"),
+    ]
+    combos = {
+        (r.configs[-1], dict(r.overrides)["model.lr"], dict(r.overrides)["seed_everything"]) for r in runs
+    }
+    expected = itertools.product(["method/beta.yaml", "method/alpha.yaml"], [1.0e-4, 5.0e-5], [0, 1, 2])
+    assert combos == set(expected)
+    assert all(dict(r.overrides)["trainer.max_steps"] == 3 for r in runs)  # fixed overrides on every run
+    assert runs[0].run_id == "beta__lr=0.0001__seed=0"
+    assert runs[0].cell == (("method", "beta"), ("model.lr", "0.0001"))
+    assert runs[0].seed == "0"
+    ids = [r.run_id for r in runs]
+    assert len(set(ids)) == len(ids)
+    assert [r.run_id for r in sw.expand(sw.load_sweep(grid_sweep))] == ids  # stable across invocations
+
+
+def test_run_ids_stay_unique_when_two_config_files_share_a_stem(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "a" / "m.yaml", "model: {lr: 1.0e-4}\n")
+    write(tmp_path / "b" / "m.yaml", "model: {lr: 2.0e-4}\n")
+    path = write(tmp_path / "s.yaml", "grid:\n  config: [a/m.yaml, b/m.yaml]\n  seed_everything: [0]\n")
+    ids = [r.run_id for r in sw.expand(sw.load_sweep(path))]
+    assert len(set(ids)) == 2 and all(i.startswith("m__seed=0-") for i in ids)
+    assert ids == [r.run_id for r in sw.expand(sw.load_sweep(path))]
+
+
+def test_bad_sweep_file_is_one_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path / "s.yaml", "grid:\n  config: [missing.yaml]\n")
+    assert sw.main([str(path), "--dry-run"]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_commands_and_runs_nothing(grid_sweep, tmp_path, capsys):
+    calls = []
+    code = sw.main([str(grid_sweep), "--dry-run", "--out", "out"], runner=lambda *a: calls.append(a) or 0)
+    assert code == 0 and calls == [] and not (tmp_path / "out").exists()
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 * 12  # no warm start configured here, so a fit and a test per run
+    first_fit, first_test = lines[0], lines[1]  # seed by seed: the runs of seed 0 come first
+    assert all("--seed_everything 0" in line for line in lines[:8:2])
+    assert "lightning-rlvr fit --config base.yaml --config method/beta.yaml" in first_fit
+    assert "--trainer.max_steps 3 --model.lr 0.0001 --seed_everything 0" in first_fit
+    assert "--checkpoint.dirpath out/beta__lr=0.0001__seed=0/checkpoints" in first_fit
+    assert "lightning-rlvr test --ckpt_path out/beta__lr=0.0001__seed=0/checkpoints/last.ckpt" in first_test
+    assert len({line for line in lines if " fit " in line}) == 12  # one distinct fit per run
+    assert len({line for line in lines if " test " in line}) == 12
+
+
+class FakeLightning:
+    """Stands in for ``lightning-rlvr``: writes what fit and test would write, can die on one run."""
+
+    def __init__(self, kill_at: str | None = None, fail_test_at: str | None = None) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.kill_at, self.fail_test_at = kill_at, fail_test_at
+
+    def __call__(self, argv: list[str], log_path: Path, env: dict[str, str]) -> int:
+        run = log_path.parent
+        self.calls.append((argv[0], run.name))
+        if run.name == "_warmup":
+            return 0  # the warm-start job
+        if argv[0] == "fit":
+            if run.name == self.kill_at:
+                raise KeyboardInterrupt  # the sweep is killed in the middle of this run's fit
+            (run / "checkpoints").mkdir(parents=True)
+            (run / "checkpoints" / "last.ckpt").write_text("ckpt")
+            write(
+                run / "logs" / "fit" / "metrics.csv",
+                "step,train/reward_mean,val/pass@1\n0,,0.25\n0,0.5,\n1,0.75,\n",
+            )
+            return 0
+        if run.name == self.fail_test_at:
+            return 1
+        write(run / "logs" / "test" / "metrics.csv", "epoch,step,test/pass@1,test/pass@2\n0,2,0.5,0.625\n")
+        return 0
+
+
+def test_a_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    write(tmp_path / "m" / "two.yaml", "model: {lr: 2.0e-4}\n")
+    path = write(
+        tmp_path / "s.yaml",
+        "out: out\ngrid:\n  config: [m/one.yaml, m/two.yaml]\n  seed_everything: [0, 1]\n",
+    )
+    # seed by seed: one__seed=0, two__seed=0, one__seed=1 (killed here), two__seed=1
+    first = FakeLightning(kill_at="one__seed=1")
+    with pytest.raises(KeyboardInterrupt):
+        sw.main([str(path), "--jobs", "1"], runner=first)
+    done = sorted(p.parent.name for p in (tmp_path / "out").glob("*/DONE"))
+    assert done == ["one__seed=0", "two__seed=0"]
+    assert json.loads((tmp_path / "out" / "one__seed=0" / "test_metrics.json").read_text()) == {
+        "test/pass@1": 0.5,
+        "test/pass@2": 0.625,
+    }
+    second = FakeLightning(fail_test_at="two__seed=1")
+    assert sw.main([str(path), "--jobs", "1"], runner=second) == 1  # one run still fails its test
+    assert second.calls == [("fit", "one__seed=1"), ("test", "one__seed=1"), ("fit", "two__seed=1"),
+                            ("test", "two__seed=1")]  # fmt: skip
+    third = FakeLightning()
+    assert sw.main([str(path), "--jobs", "2"], runner=third) == 0
+    assert third.calls == [("test", "two__seed=1")]  # its fit had finished: only the test reruns
+    with open(tmp_path / "out" / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["run_id"] for r in rows) == ["one__seed=0", "one__seed=1", "two__seed=0", "two__seed=1"]
+    assert {r["test/pass@1"] for r in rows} == {"0.5"}
+
+
+def test_warm_start_runs_once_per_setting_before_the_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    path = write(
+        tmp_path / "s.yaml",
+        f"out: {tmp_path / 'out'}\nconfigs: [configs/quickstart.yaml]\n"
+        "grid:\n  config: [configs/method/grpo.yaml, configs/method/dr_grpo.yaml]\n"
+        "  model.task.init_args.digits: [2, 3]\n",
+    )
+    runs = sw.expand(sw.load_sweep(path))
+    groups = sw.warm_start_groups(runs)
+    assert len(groups) == 2  # the task differs; the method does not change the warm start
+    fake = FakeLightning()
+    assert sw.main([str(path), "--jobs", "2"], runner=fake) == 0
+    assert [c[0] for c in fake.calls[:2]] == ["fit", "fit"] and all(c[1] == "_warmup" for c in fake.calls[:2])
+    assert len(fake.calls) == 2 + 2 * len(runs)
+    fake.calls.clear()
+    assert sw.main([str(path)], runner=fake) == 0 and fake.calls == []  # all done: nothing runs at all
+
+
+def test_submitit_launcher_runs_every_run(tmp_path, monkeypatch):
+    """The cluster path through submitit's ``debug`` executor (same API as SLURM, run in this process)."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    path = write(tmp_path / "s.yaml", "out: out\nslurm: {timeout_min: 5}\ngrid:\n  config: [m/one.yaml]\n"
+                 "  seed_everything: [0, 1]\n")  # fmt: skip
+    fake = FakeLightning()
+    assert sw.main([str(path), "--launcher", "debug", "--slurm", "slurm_partition=x"], runner=fake) == 0
+    assert sorted(fake.calls) == [("fit", "one__seed=0"), ("fit", "one__seed=1"), ("test", "one__seed=0"),
+                                  ("test", "one__seed=1")]  # fmt: skip
+    assert sorted(p.parent.name for p in (tmp_path / "out").glob("*/DONE")) == ["one__seed=0", "one__seed=1"]
+
+
+@pytest.mark.parametrize("sweep_file", SWEEPS, ids=lambda p: p.stem)
+def test_every_sweep_file_starts_each_of_its_runs(sweep_file, run_cli, monkeypatch, tmp_path):
+    """Each distinct combination of config files in the sweep (its seeds only repeat one) runs one
+    ``fast_dev_run`` step with the run's overrides; the test-scale config goes right after the base
+    configs, so method files still apply over it (HP-RLVR keeps G = 1), and the evaluation sizes go
+    back to test scale after the run's overrides."""
+    monkeypatch.chdir(REPO)
+    sweep = sw.load_sweep(sweep_file, out=tmp_path / "out")
+    runs = sw.expand(sweep)
+    assert runs and len({r.run_id for r in runs}) == len(runs)
+    distinct = {r.configs: r for r in runs}
+    for configs, run in distinct.items():
+        base = len(sweep.configs)
+        configs = (*configs[:base], TINY, *configs[base:])
+        args = sw._override_args(run.overrides) + ["--data.val_size=4", "--trainer.fast_dev_run=true"]
+        cli = run_cli("fit", *args, configs=configs, root=tmp_path / run.run_id)
+        assert cli.model.rl_step == 1, run.run_id
+        grid_files = sw.Run(run.run_id, run.configs[base:], (), (), None)
+        group_size = sw._merged_config(grid_files).get("model", {}).get("group_size")
+        if group_size is not None:  # a method file's own G wins over the test scale's
+            assert cli.model.group_size == group_size
