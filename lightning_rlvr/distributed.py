@@ -64,3 +64,22 @@ def shard_policy(model: torch.nn.Module, mesh, reshard_after_forward: bool = Tru
             fully_shard(module, mesh=mesh, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
     return model
+
+
+def gather_values(values: Tensor) -> Tensor:
+    """Every rank's 1-D ``values`` concatenated in rank order (lengths may differ; identity on one rank).
+
+    For statistics that a method defines over the whole batch, such as SC-GRPO's percentile
+    of D over all active tokens, when the batch is split over ranks.
+    """
+    if world_size() == 1:
+        return values
+    n = torch.tensor([values.numel()], device=values.device)
+    sizes = [torch.zeros_like(n) for _ in range(world_size())]
+    dist.all_gather(sizes, n)
+    longest = int(max(s.item() for s in sizes))
+    padded = torch.zeros(longest, dtype=values.dtype, device=values.device)
+    padded[: values.numel()] = values
+    parts = [torch.zeros_like(padded) for _ in range(world_size())]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[: int(s.item())] for p, s in zip(parts, sizes)])

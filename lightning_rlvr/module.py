@@ -133,8 +133,6 @@ class RLVRModule(LightningModule):
         self.model, self.tokenizer = self.policy_source.load()
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
-        if lora:
-            self.model = apply_lora(self.model, lora)
         self.lora = lora
         self.reward_shaping = list(reward_shaping or [])
         self.dynamic_sampling = dynamic_sampling
@@ -175,10 +173,13 @@ class RLVRModule(LightningModule):
             self._reference.append(ref)
 
     def configure_model(self) -> None:
-        """FSDP2 under ``ModelParallelStrategy``: shard each block over the data-parallel mesh.
+        """LoRA adapters (after the warm start, which trains the base model), then FSDP2 sharding.
 
-        A no-op without a device mesh (single device, DDP) and when already sharded.
+        Lightning calls this in every stage after ``setup`` and before a checkpoint is
+        restored. Both steps are idempotent; sharding is a no-op without a device mesh.
         """
+        if self.lora and not hasattr(self.model, "disable_adapter"):
+            self.model = apply_lora(self.model, self.lora)
         if self.device_mesh is not None:
             shard_policy(self.model, self.device_mesh["data_parallel"])
 

@@ -135,3 +135,16 @@ def test_every_method_fits_at_test_scale(method, run_cli, tmp_path):
     for r in rows:
         assert float(r["train/skipped_updates"]) == 0.0
         assert torch.isfinite(torch.tensor(float(r["train/grad_norm"])))
+
+
+def test_lora_fit_after_warm_start_and_test_from_its_checkpoint(run_cli, tmp_path):
+    lora = str(REPO / "configs" / "peft" / "lora.yaml")
+    fit = run_cli("fit", "--model.kl_beta", "0.05", configs=(QUICKSTART, TINY, lora))
+    assert hasattr(fit.model.model, "disable_adapter")  # adapters on top of the warm-started base
+    assert "train/kl" in fit.trainer.callback_metrics
+    ckpt = fit.trainer.checkpoint_callback.last_model_path
+    cli = run_cli("test", "--ckpt_path", ckpt, "--data.test_size", "4", configs=(), root=tmp_path / "eval")
+    trained = torch.load(ckpt, weights_only=True)["state_dict"]
+    assert any("lora_" in k for k in trained)
+    for name, value in cli.model.state_dict().items():
+        assert torch.equal(value, trained[name]), name

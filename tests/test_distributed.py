@@ -85,6 +85,10 @@ def test_fsdp2_fit_checkpoint_and_test_in_a_fresh_process(tmp_path, run_cli):
             assert torch.equal(value, state["state_dict"][name]), name
 
 
+def test_gather_values_and_sums_across_two_ranks(tmp_path):
+    _run(_torchrun(2) + [str(REPO / "tests" / "scripts" / "gather_values.py")], tmp_path)
+
+
 def test_lora_reference_is_the_base_model_and_only_adapters_train(tmp_path):
     from lightning.pytorch import Trainer
 
@@ -101,6 +105,7 @@ def test_lora_reference_is_the_base_model_and_only_adapters_train(tmp_path):
         lr=1e-2,
         validate_at_start=False,
     )
+    module.configure_model()  # what Lightning calls before training: adds the adapters
     base, _ = policy.load()
     torch.manual_seed(0)
     rollout = sample(module.model, module.tokenizer, [AdditionTask(digits=1).problem("train", 0)], 4, 12)

@@ -41,6 +41,7 @@ from lightning_rlvr.credit.self_conditioned import (
     quantile,
     span_mask,
 )
+from lightning_rlvr.distributed import gather_values
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import Scorer
 
@@ -125,7 +126,7 @@ class SCGRPOCredit(SelfConditionedCredit):
             scorer, rollout, rows, [self.template] * len(rows), refs, kl_divergence, spans
         )  # [N, T]
         active = span_mask(rollout, rows, spans)  # [N, T] scored tokens
-        d_active = D[active]
+        d_active = gather_values(D[active])  # the percentile is over the whole batch, on every rank
         c = (
             max(float(quantile(d_active, self.quantile_level)), self.c_min)
             if d_active.numel()
