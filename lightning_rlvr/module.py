@@ -131,8 +131,9 @@ class RLVRModule(LightningModule):
         self.credit = credit or GRPOCredit()
         self.warm_start = warm_start
         self.model, self.tokenizer = self.policy_source.load()
-        if gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+        if gradient_checkpointing:  # renamed in transformers 5
+            enable = getattr(self.model, "activation_checkpointing_enable", None)
+            (enable or self.model.gradient_checkpointing_enable)()
         self.lora = lora
         self.reward_shaping = list(reward_shaping or [])
         self.dynamic_sampling = dynamic_sampling

@@ -148,3 +148,10 @@ def test_lora_fit_after_warm_start_and_test_from_its_checkpoint(run_cli, tmp_pat
     assert any("lora_" in k for k in trained)
     for name, value in cli.model.state_dict().items():
         assert torch.equal(value, trained[name]), name
+
+
+def test_activation_checkpointing_and_bf16_mixed_fit(run_cli):
+    cli = run_cli("fit", "--model.gradient_checkpointing", "true", "--trainer.precision", "bf16-mixed")
+    assert cli.model.model.is_gradient_checkpointing
+    assert cli.trainer.precision == "bf16-mixed" and cli.model.rl_step == 2
+    assert torch.isfinite(cli.trainer.callback_metrics["train/entropy"])
