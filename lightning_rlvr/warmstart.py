@@ -20,6 +20,7 @@ import shutil
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
@@ -86,15 +87,21 @@ class WarmStart:
         """Warm-start ``model`` in place (from cache when possible); returns a summary dict."""
         path = cache_root() / "warmstart" / self.key(policy, task)
         if self.cache and (path / "summary.json").is_file():
-            cached = AutoModelForCausalLM.from_pretrained(path)
-            model.load_state_dict(cached.state_dict())
-            summary = json.loads((path / "summary.json").read_text())
-            log.info("warm start loaded from %s (accuracy %.3f)", path, summary["accuracy"])
-            return {**summary, "cached": True}
+            try:
+                cached = AutoModelForCausalLM.from_pretrained(path)
+                model.load_state_dict(cached.state_dict())
+                summary = json.loads((path / "summary.json").read_text())
+                log.info("warm start loaded from %s (accuracy %.3f)", path, summary["accuracy"])
+                return {**summary, "cached": True}
+            except Exception as err:  # noqa: BLE001 - a damaged cache is rebuilt, never fatal
+                log.warning("warm-start cache %s is unreadable (%s); training it again", path, err)
+                shutil.rmtree(path, ignore_errors=True)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             summary = self._train(model, tokenizer, task)
-        if self.cache:  # write aside, then rename: concurrent runs (or ranks) never see half a cache
+        # Every rank trained the same weights; only rank 0 writes (transformers' save_pretrained
+        # skips the weights on other ranks). Write aside, then rename: nobody sees half a cache.
+        if self.cache and (not dist.is_initialized() or dist.get_rank() == 0):
             tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)

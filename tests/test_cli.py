@@ -155,3 +155,17 @@ def test_activation_checkpointing_and_bf16_mixed_fit(run_cli):
     assert cli.model.model.is_gradient_checkpointing
     assert cli.trainer.precision == "bf16-mixed" and cli.model.rl_step == 2
     assert torch.isfinite(cli.trainer.callback_metrics["train/entropy"])
+
+
+def test_a_damaged_warm_start_cache_is_rebuilt(run_cli, tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv("LIGHTNING_RLVR_CACHE", str(tmp_path / "cache"))
+    first = run_cli("fit", "--trainer.max_steps", "1", root=tmp_path / "a")
+    (entry,) = (tmp_path / "cache" / "warmstart").iterdir()
+    for f in entry.glob("*.safetensors"):
+        os.remove(f)  # what an interrupted or foreign write leaves behind
+    again = run_cli("fit", "--trainer.max_steps", "1", root=tmp_path / "b")
+    assert again.model.warm_start_summary["cached"] is False
+    assert any(entry.glob("*.safetensors"))
+    assert first.model.warm_start_summary["steps"] == again.model.warm_start_summary["steps"]
