@@ -21,6 +21,7 @@ function of its context.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,6 +70,24 @@ def left_pad(seqs: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
     return ids, mask
 
 
+def _scoring(method):
+    """No gradients and the model in eval mode (no dropout), restored afterwards."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        was_training = getattr(self.model, "training", False)  # test doubles need not be Modules
+        if was_training:
+            self.model.eval()
+        try:
+            with torch.no_grad():
+                return method(self, *args, **kwargs)
+        finally:
+            if was_training:
+                self.model.train()
+
+    return wrapper
+
+
 @dataclass
 class PolicyPass:
     """What one no-grad pass of the rollout-time policy over the rollout gives."""
@@ -108,7 +127,7 @@ class Scorer:
         return torch.tensor(ids, dtype=torch.long, device=self.rollout.completion_ids.device)
 
     # ------------------------------------------------------------------ policy pass
-    @torch.no_grad()
+    @_scoring
     def policy(self, hidden: bool = False) -> PolicyPass:
         """Log-probs, entropies and optionally hidden states of the sampled tokens (one cached pass)."""
         if self._pass is not None and (self._pass.hidden is not None or not hidden):
@@ -164,7 +183,7 @@ class Scorer:
         causal_lm_forward(self.model, ids, torch.ones_like(ids))
 
     # ------------------------------------------------------------------ other contexts
-    @torch.no_grad()
+    @_scoring
     def compare(
         self,
         contexts: list[Tensor],
@@ -222,7 +241,7 @@ class Scorer:
             out = torch.zeros((r.num_rows, T), device=r.completion_ids.device)
         return out
 
-    @torch.no_grad()
+    @_scoring
     def sequence_logprobs(self, sequences: list[Tensor], n_targets: list[int]) -> list[Tensor]:
         """Log-probs of the last ``n_targets[i]`` tokens of each sequence, given what precedes them."""
         results: list[Tensor] = []

@@ -117,3 +117,19 @@ def test_hidden_states_align_with_log_probs():
     hidden = Scorer(FakeLM(), rollout).policy(hidden=True).hidden  # [N, T, 4]
     seq = PROMPTS[1]  # the state that predicts completion token 0 is the last prompt position
     assert hidden[1, 0, 0].item() == (sum(seq) + len(seq)) % V
+
+
+def test_scoring_runs_in_eval_mode_and_restores_training_mode():
+    modes = []
+
+    class ModeSpy(FakeLM):
+        def forward(self, *args, **kwargs):
+            modes.append(self.training)
+            return super().forward(*args, **kwargs)
+
+    model = ModeSpy().train()
+    scorer = Scorer(model, make_rollout(PROMPTS, COMPLETIONS))
+    scorer.policy()
+    scorer.sequence_logprobs([torch.tensor([3, 4])], [1])
+    assert modes and not any(modes)  # dropout off while scoring
+    assert model.training  # and the update finds the model as it was
