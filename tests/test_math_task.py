@@ -72,11 +72,11 @@ def test_gsm8k_shaped_jsonl_with_column_mapping(tmp_path):
 
 
 def test_math_shaped_parquet_with_problem_and_solution_columns(tmp_path):
-    import pandas as pd
+    from datasets import Dataset
 
     f = tmp_path / "math.parquet"
-    pd.DataFrame({"problem": ["Simplify $2/4$."], "solution": ["$2/4 = \\boxed{\\frac{1}{2}}$"],
-                  "level": ["Level 1"]}).to_parquet(f)  # fmt: skip
+    Dataset.from_dict({"problem": ["Simplify $2/4$."], "solution": ["$2/4 = \\boxed{\\frac{1}{2}}$"],
+                       "level": ["Level 1"]}).to_parquet(str(f))  # fmt: skip
     task = MathTask(
         str(f), str(f), question_field="problem", answer_field="solution", solution_field="solution"
     )
