@@ -23,9 +23,9 @@ from lightning_rlvr.data import RLVRDataModule
 from lightning_rlvr.models import TinyPolicy
 from lightning_rlvr.module import RLVRModule
 from lightning_rlvr.rollout import Rollout, completion_mask_from_ids
-from lightning_rlvr.scoring import Scorer, left_pad
+from lightning_rlvr.scoring import Scorer
 from lightning_rlvr.tasks.addition import AdditionTask
-from lightning_rlvr.tasks.base import Problem
+from tests.rollouts import rollout_from_ids
 
 # A vocabulary where every content token is unique and several distinct tokens contain the delimiter ";".
 VOCAB = ["<pad>", "<eos>", " ", ",", "=", "P", "F", "A", "B", ";"]
@@ -85,24 +85,8 @@ def make_rollout(
     rewards: list[float],
     G: int = 1,
 ) -> Rollout:
-    rows_prompt = [p for p in prompt_ids for _ in range(G)]
-    p_ids, p_mask = left_pad([torch.tensor(p) for p in rows_prompt], PAD)
-    T = max(map(len, completions)) + 1  # one column of padding
-    c_ids = torch.full((len(completions), T), PAD)
-    for i, c in enumerate(completions):
-        c_ids[i, : len(c)] = torch.tensor(c)
-    return Rollout(
-        prompt_ids=p_ids,
-        prompt_mask=p_mask,
-        completion_ids=c_ids,
-        completion_mask=completion_mask_from_ids(c_ids, EOS) * (c_ids != PAD).long(),
-        group=torch.arange(len(prompts)).repeat_interleave(G),
-        problems=[Problem(prompt=p, answer="") for p in prompts],
-        completions=[""] * len(completions),
-        pad_id=PAD,
-        eos_id=EOS,
-        rewards=torch.tensor(rewards, dtype=torch.float32),
-        feedback=["" for _ in completions],
+    return rollout_from_ids(
+        prompt_ids, completions, pad=PAD, eos=EOS, group_size=G, prompts=prompts, rewards=rewards, extra_pad=1
     )
 
 

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-from lightning_rlvr.rollout import Rollout, completion_mask_from_ids
-from lightning_rlvr.scoring import Scorer, left_pad
-from lightning_rlvr.tasks.base import Problem
+from lightning_rlvr.rollout import Rollout
+from lightning_rlvr.scoring import Scorer
+from tests.rollouts import rollout_from_ids
 
 V = 8
 PAD, EOS = 0, 1
@@ -44,23 +44,7 @@ def expected_logprobs(context: list[int], tokens: list[int]) -> list[torch.Tenso
 
 
 def make_rollout(prompts: list[list[int]], completions: list[list[int]]) -> Rollout:
-    p_ids, p_mask = left_pad([torch.tensor(p) for p in prompts], PAD)
-    T = max(map(len, completions))
-    c_ids = torch.full((len(completions), T), PAD)
-    for i, c in enumerate(completions):
-        c_ids[i, : len(c)] = torch.tensor(c)
-    return Rollout(
-        prompt_ids=p_ids,
-        prompt_mask=p_mask,
-        completion_ids=c_ids,
-        completion_mask=completion_mask_from_ids(c_ids, EOS) * (c_ids != PAD).long(),
-        group=torch.arange(len(prompts)),
-        problems=[Problem(prompt=str(p), answer="") for p in prompts],
-        completions=[""] * len(prompts),
-        pad_id=PAD,
-        eos_id=EOS,
-        rewards=torch.zeros(len(prompts)),
-    )
+    return rollout_from_ids(prompts, completions, pad=PAD, eos=EOS)
 
 
 PROMPTS = [[3, 4, 5], [6, 2]]
