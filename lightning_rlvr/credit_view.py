@@ -109,7 +109,7 @@ def assign_all(
         with torch.no_grad():
             out = credit.assign(rollout, scorer)
         adv = out.advantages.detach().float() * rollout.completion_mask
-        extra = type(credit).token_loss is not CreditAssigner.token_loss
+        extra = out.token_loss is not None
         views.append(
             MethodView(name, type(credit).__name__, token_weights(adv, grpo), adv, out.metrics, extra)
         )

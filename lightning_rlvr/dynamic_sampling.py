@@ -44,15 +44,14 @@ class DynamicSampling:
     Args:
         max_rounds: extra generation rounds allowed per step (each draws B new prompts).
         on_shortfall: ``fill`` the batch with uninformative groups (warns) or raise an ``error``.
-        threshold: a rollout is correct when its verifier reward exceeds this.
+
+    A group is informative when some but not all of its rollouts are correct (``Rollout.correct``,
+    the verifier's own verdict, so reward shaping never changes which groups are kept).
     """
 
-    def __init__(
-        self, max_rounds: int = 3, on_shortfall: Literal["fill", "error"] = "fill", threshold: float = 0.5
-    ) -> None:
+    def __init__(self, max_rounds: int = 3, on_shortfall: Literal["fill", "error"] = "fill") -> None:
         self.max_rounds = max_rounds
         self.on_shortfall = on_shortfall
-        self.threshold = threshold
 
     def collect(
         self,
@@ -73,7 +72,7 @@ class DynamicSampling:
         batch = problems
         while True:
             rollout = draw(batch)
-            good = informative_groups(rollout.rewards > self.threshold, rollout.group)  # [B]
+            good = informative_groups(rollout.correct, rollout.group)  # [B]
             n_seen += len(good)
             take = good.nonzero().flatten()[: B - n_kept]
             if len(take):

@@ -34,7 +34,7 @@ import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor
 
-from lightning_rlvr.credit.base import CreditAssigner
+from lightning_rlvr.credit.base import Credit, CreditAssigner
 from lightning_rlvr.credit.grpo import GRPOCredit
 from lightning_rlvr.distributed import all_sum, any_rank, shard_policy, world_size
 from lightning_rlvr.dynamic_sampling import EXTRA_OFFSET, DynamicSampling
@@ -247,7 +247,7 @@ class RLVRModule(LightningModule):
             rollout, stats = self.dynamic_sampling.collect(
                 problems, draw, more, sync=lambda flag: any_rank(flag, self.device)
             )
-        stats["accuracy"] = float((rollout.rewards > 0.5).float().mean())
+        stats["accuracy"] = float(rollout.correct.float().mean())
         for shaper in self.reward_shaping:
             rollout.rewards = shaper(rollout.rewards, rollout.lengths)
         stats["verify_s"] = verify_s
@@ -261,6 +261,7 @@ class RLVRModule(LightningModule):
             [v.reward for v, _ in results], dtype=torch.float32, device=self.device
         )
         rollout.feedback = [v.feedback for v, _ in results]
+        rollout.correct = torch.tensor([bool(v.correct) for v, _ in results], device=self.device)
         return sum(raised for _, raised in results)
 
     # ------------------------------------------------------------------ training
@@ -281,7 +282,7 @@ class RLVRModule(LightningModule):
         t3 = time.perf_counter()
         old_logp = scorer.policy().logp if scorer.has_policy_pass else None  # [N, T] or None
         ref_logp = self.reference_logprobs(rollout) if self.kl_beta > 0 else None
-        stats = self.update(rollout, credit.advantages, old_logp, ref_logp)
+        stats = self.update(rollout, credit, old_logp, ref_logp)
         t4 = time.perf_counter()
         self.rl_step += 1
 
@@ -322,7 +323,7 @@ class RLVRModule(LightningModule):
         return torch.cat(out)
 
     def update(
-        self, rollout: Rollout, advantages: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None
+        self, rollout: Rollout, credit: Credit, old_logp: Tensor | None, ref_logp: Tensor | None
     ) -> dict[str, float]:
         """``ppo_epochs`` x ``minibatches`` optimiser steps on the clipped surrogate."""
         opt, sched = self.optimizers(), self.lr_schedulers()
@@ -352,15 +353,14 @@ class RLVRModule(LightningModule):
                     logp = token_logprobs(logits, targets[rows])  # [m, T]
                     old = old_logp[rows] if old_logp is not None else logp.detach()
                     tok_loss, clipped = clipped_surrogate(
-                        logp, old, advantages[rows], self.eps_low, self.eps_high
+                        logp, old, credit.advantages[rows], self.eps_low, self.eps_high
                     )
                     if ref_logp is not None:
                         kl = kl_k3(logp, ref_logp[rows])
                         tok_loss = tok_loss + self.kl_beta * kl
                         parts["kl"] += float((kl.detach() * w).sum())
-                    extra = self.credit.token_loss(logits, rows, rollout)
-                    if extra is not None:
-                        tok_loss = tok_loss + extra
+                    if credit.token_loss is not None:
+                        tok_loss = tok_loss + credit.token_loss(logits, rows)
                     loss = (tok_loss * w).sum()
                     if not torch.isfinite(loss):
                         finite = False
@@ -418,7 +418,7 @@ class RLVRModule(LightningModule):
             torch.manual_seed(self.eval_seed + batch_idx)
             rollout = self.rollout(batch, self.eval_samples)
         self.verify(rollout)
-        correct = rollout.rewards.view(len(batch), self.eval_samples)  # [B, n]
+        correct = rollout.correct.view(len(batch), self.eval_samples)  # [B, n] bool
         for k, metric in metrics.items():
             metric.update(correct)
             if stage is not None:

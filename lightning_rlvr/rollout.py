@@ -31,7 +31,8 @@ class Rollout:
     completions: list[str]  # [N] decoded, special tokens removed
     pad_id: int
     eos_id: int
-    rewards: Tensor | None = None  # [N] filled by the verifier
+    rewards: Tensor | None = None  # [N] filled by the verifier (then reward shaping)
+    correct: Tensor | None = None  # [N] bool, the verifier's ``Verdict.correct`` (shaping never changes it)
     feedback: list[str] = field(default_factory=list)  # [N] verifier messages
 
     @property
@@ -78,6 +79,7 @@ class Rollout:
             pad_id=self.pad_id,
             eos_id=self.eos_id,
             rewards=None if self.rewards is None else self.rewards[rows],
+            correct=None if self.correct is None else self.correct[rows],
             feedback=[self.feedback[i] for i in rows.tolist()] if self.feedback else [],
         )
 
@@ -177,5 +179,6 @@ def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
         pad_id=first.pad_id,
         eos_id=first.eos_id,
         rewards=None if first.rewards is None else torch.cat([r.rewards for r in rollouts]),
+        correct=None if first.correct is None else torch.cat([r.correct for r in rollouts]),
         feedback=[f for r in rollouts for f in r.feedback],
     )

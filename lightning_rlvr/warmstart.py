@@ -115,8 +115,8 @@ class WarmStart:
     def accuracy(self, model, tokenizer, task: Task) -> float:
         problems = [task.train_problem(EVAL_OFFSET + i) for i in range(self.eval_prompts)]
         rollout = sample(model, tokenizer, problems, 1, self.max_new_tokens)
-        rewards = [safe_check(task, c, p)[0].reward for c, p in zip(rollout.completions, problems)]
-        return sum(r > 0.5 for r in rewards) / len(rewards)
+        correct = [safe_check(task, c, p)[0].correct for c, p in zip(rollout.completions, problems)]
+        return sum(correct) / len(correct)
 
     def _batch(self, tokenizer, task: Task, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ids, labels = [], []

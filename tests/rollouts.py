@@ -40,5 +40,6 @@ def rollout_from_ids(
         pad_id=pad,
         eos_id=eos,
         rewards=torch.tensor(rewards if rewards is not None else [0.0] * len(completions)),
+        correct=torch.tensor(rewards if rewards is not None else [0.0] * len(completions)) > 0.5,
         feedback=[""] * len(completions),
     )

@@ -37,6 +37,7 @@ def fake_draw(correct_by_prompt: dict[str, int]):
             pad_id=0,
             eos_id=9,
             rewards=rewards,
+            correct=rewards > 0.5,
             feedback=[""] * n,
         )
 

@@ -11,8 +11,9 @@ statistics) is saved in every checkpoint and restored on resume and on
 ``rollout`` carries completions, rewards, masks and each row's group index;
 ``scorer`` runs no-grad passes of the rollout-time policy (log-probs, hidden
 states, distributions of the same completion tokens under another context).
-Distillation-style methods add a per-token loss through ``token_loss``, which
-the module calls inside the update with gradients on the student's logits.
+Distillation-style methods return a per-token loss in ``Credit.token_loss``
+(a closure over what ``assign`` computed), which the module applies inside the
+update with gradients on the student's logits; nothing is kept on the assigner.
 
 A new method is one new file with a subclass and one YAML; the module never
 branches on the method.
@@ -20,6 +21,7 @@ branches on the method.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lightning.pytorch.callbacks import Callback
@@ -29,13 +31,22 @@ from lightning_rlvr.objectives import group_advantages
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import Scorer
 
+TokenLoss = Callable[[Tensor, Tensor], Tensor]
+"""``token_loss(logits, rows) -> [m, T]``: an extra per-token loss for minibatch ``rows`` [m].
+
+``logits`` [m, T, V] are the current policy's predictions of the completion tokens of
+``rows`` (gradients flow through them). The module adds the result to the policy-gradient
+token loss, masked and aggregated the same way, and counts it as the row's training signal.
+"""
+
 
 @dataclass
 class Credit:
-    """What a credit assigner returns for one step."""
+    """What a credit assigner returns for one step: everything the update needs from the method."""
 
     advantages: Tensor  # [N, T] token advantages (constants in the loss; 0 on padding)
     metrics: dict[str, float] = field(default_factory=dict)  # logged as ``credit/<name>``
+    token_loss: TokenLoss | None = None  # distillation-style methods: a per-token loss term
 
 
 class CreditAssigner(Callback):
@@ -57,15 +68,6 @@ class CreditAssigner(Callback):
     def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
         """Token advantages [N, T] for the rollout (no gradients flow through them)."""
         raise NotImplementedError
-
-    def token_loss(self, logits: Tensor, rows: Tensor, rollout: Rollout) -> Tensor | None:
-        """Optional extra per-token loss [m, T] for minibatch ``rows``, with gradients through ``logits``.
-
-        ``logits`` [m, T, V] are the current policy's predictions of the completion
-        tokens of ``rows``. The module adds the result, masked and aggregated like the
-        policy-gradient loss. The default adds nothing.
-        """
-        return None
 
     def state_dict(self) -> dict:
         return {}

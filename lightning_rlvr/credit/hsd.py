@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit
+from lightning_rlvr.credit.base import Credit, TokenLoss
 from lightning_rlvr.credit.self_conditioned import (
     ContextTemplate,
     SelfConditionedCredit,
@@ -93,11 +93,8 @@ class HSDCredit(SelfConditionedCredit):
         self.beta = beta
         self.clip = clip
         self.apply_to = apply_to
-        self._teacher: Tensor | None = None  # [n, T, V] teacher log-probs of the distilled rows
-        self._slot: Tensor | None = None  # [N] row -> index into _teacher, -1 without the term
 
     def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
-        self._teacher, self._slot = None, None
         N, T = rollout.completion_ids.shape
         mask = rollout.completion_mask.float()  # [N, T]
         adv = self.group_advantages(rollout)  # [N]
@@ -128,8 +125,7 @@ class HSDCredit(SelfConditionedCredit):
 
         both = self.teacher_scores(scorer, rollout, rows, templates, refs, jsd_and_teacher)  # [N, T, 1 + V]
         jsd = both[..., 0] if both.dim() == 3 else both  # [N, T] unclipped
-        if rows:
-            self._store(rollout, rows, both[..., 1:], lengths)
+        token_loss = self._token_loss(rollout, rows, both[..., 1:], lengths) if rows else None
         active = span_mask(rollout, rows, [(0, lengths[i]) for i in rows])  # [N, T] distilled tokens
 
         # ---- metrics
@@ -141,10 +137,15 @@ class HSDCredit(SelfConditionedCredit):
             "frac_answer_only": sum(r is None for r in refs) / len(rows) if rows else math.nan,
         }
         metrics.update(self._divergence_metrics(rollout, rows, refs, jsd))
-        return Credit(advantages=adv[:, None] * mask, metrics=metrics)
+        return Credit(advantages=adv[:, None] * mask, metrics=metrics, token_loss=token_loss)
 
-    def _store(self, rollout: Rollout, rows: list[int], teacher: Tensor, lengths: list[int]) -> None:
-        """Keep the teacher log-probs [N, T, V] of the distilled ``rows`` (uniform beyond each completion)."""
+    def _token_loss(
+        self, rollout: Rollout, rows: list[int], teacher: Tensor, lengths: list[int]
+    ) -> TokenLoss:
+        """The distillation term over the teacher log-probs [N, T, V] of the distilled ``rows``.
+
+        Keeps only the distilled rows' distributions (uniform beyond each completion) in the closure.
+        """
         N, T, V = teacher.shape
         index = torch.as_tensor(rows, device=teacher.device)
         store = teacher[index].clone()  # [n, T, V]
@@ -155,23 +156,24 @@ class HSDCredit(SelfConditionedCredit):
         store[beyond] = -math.log(V)
         slot = torch.full((N,), -1, dtype=torch.long, device=store.device)
         slot[index] = torch.arange(len(rows), device=store.device)
-        self._teacher, self._slot = store, slot
+        completion_mask = rollout.completion_mask
+        coef, beta, clip = self.distill_coef, self.beta, self.clip
 
-    def token_loss(self, logits: Tensor, rows: Tensor, rollout: Rollout) -> Tensor | None:
-        """lambda * min(JSD(teacher, student), clip) per token [m, T]; 0 for rows without the term."""
-        if self._teacher is None:
-            return None
-        out = torch.zeros(logits.shape[:2], device=logits.device)  # [m, T]
-        slot = self._slot[rows.to(self._slot.device)].to(logits.device)  # [m]
-        has = slot >= 0
-        if not bool(has.any()):
+        def token_loss(logits: Tensor, batch: Tensor) -> Tensor:
+            """lambda * min(JSD(teacher, student), clip) per token [m, T]; 0 for rows without the term."""
+            out = torch.zeros(logits.shape[:2], device=logits.device)  # [m, T]
+            where = slot[batch.to(slot.device)].to(logits.device)  # [m]
+            has = where >= 0
+            if not bool(has.any()):
+                return out
+            student = F.log_softmax(logits[has].float(), dim=-1)  # [k, T, V] with grad
+            teacher = store[where[has].to(store.device)].to(student.device)  # [k, T, V] constant
+            d = generalized_jsd(teacher, student, beta).clamp(max=clip)  # [k, T]
+            m = completion_mask[batch[has].to(completion_mask.device)].to(d.device).float()
+            out[has] = coef * d * m
             return out
-        student = F.log_softmax(logits[has].float(), dim=-1)  # [k, T, V] with grad
-        teacher = self._teacher[slot[has].to(self._teacher.device)].to(student.device)  # [k, T, V] constant
-        d = generalized_jsd(teacher, student, self.beta).clamp(max=self.clip)  # [k, T]
-        m = rollout.completion_mask[rows[has].to(rollout.completion_mask.device)].to(d.device).float()
-        out[has] = self.distill_coef * d * m
-        return out
+
+        return token_loss
 
     @staticmethod
     def _divergence_metrics(rollout: Rollout, rows: list[int], refs: list, jsd: Tensor) -> dict:

@@ -42,10 +42,20 @@ class Problem:
 
 @dataclass
 class Verdict:
-    """A verifier's output: a reward and a short feedback message (used by hindsight methods)."""
+    """A verifier's output: a reward, a short feedback message (used by hindsight methods) and correctness.
+
+    ``correct`` is the one definition of success every component reads (peer choice, routing,
+    accuracy, pass@k). It defaults to ``reward > 0.5``; a task with partial credit sets it itself.
+    Reward shaping (e.g. an overlong penalty) changes the reward, never ``correct``.
+    """
 
     reward: float
     feedback: str = ""
+    correct: bool | None = None  # None: decided from the reward
+
+    def __post_init__(self) -> None:
+        if self.correct is None:
+            self.correct = float(self.reward) > 0.5
 
 
 class Task:
@@ -87,6 +97,6 @@ def safe_check(task: Task, completion: str, problem: Problem) -> tuple[Verdict, 
         reward = float(verdict.reward)
         if reward != reward:  # NaN
             return Verdict(0.0, "verifier returned NaN"), True
-        return Verdict(reward, verdict.feedback), False
+        return Verdict(reward, verdict.feedback, verdict.correct), False
     except Exception as err:  # noqa: BLE001 - any verifier failure is a zero reward, counted
         return Verdict(0.0, f"verifier error: {type(err).__name__}"), True

@@ -108,4 +108,5 @@ class ReasoningGymTask(Task):
         if got is None:
             return Verdict(0.0, "no <answer> found")
         reward = float(self.dataset.score_answer(got, problem.meta["entry"]))
-        return Verdict(reward, "correct" if reward >= 1.0 else f"wrong answer {got[:80]}")
+        correct = reward >= 1.0  # reasoning-gym scores partial credit: only a full score is a success
+        return Verdict(reward, "correct" if correct else f"wrong answer {got[:80]}", correct)
