@@ -34,6 +34,7 @@ class Rollout:
     rewards: Tensor | None = None  # [N] filled by the verifier (then reward shaping)
     correct: Tensor | None = None  # [N] bool, the verifier's ``Verdict.correct`` (shaping never changes it)
     feedback: list[str] = field(default_factory=list)  # [N] verifier messages
+    engine_logp: Tensor | None = None  # [N, T] the sampling engine's own log-probs, when it reports them
 
     @property
     def num_rows(self) -> int:
@@ -81,6 +82,7 @@ class Rollout:
             rewards=None if self.rewards is None else self.rewards[rows],
             correct=None if self.correct is None else self.correct[rows],
             feedback=[self.feedback[i] for i in rows.tolist()] if self.feedback else [],
+            engine_logp=None if self.engine_logp is None else self.engine_logp[rows],
         )
 
 
@@ -181,4 +183,7 @@ def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
         rewards=None if first.rewards is None else torch.cat([r.rewards for r in rollouts]),
         correct=None if first.correct is None else torch.cat([r.correct for r in rollouts]),
         feedback=[f for r in rollouts for f in r.feedback],
+        engine_logp=None
+        if first.engine_logp is None
+        else torch.cat([pad(r.engine_logp, T, 0, False) for r in rollouts]),
     )
