@@ -1,0 +1,125 @@
+"""Statistics for comparing methods across seeds: what a small sweep can and cannot say.
+
+Runs of two methods that share a seed share their warm start, their prompt
+stream and their evaluation prompts, so the comparison is *paired by seed*:
+with d_s = x_s - y_s over the n seeds both finished,
+
+    mean d +- t_{1-a/2, n-1} * s_d / sqrt(n)          (the paired t-interval)
+    p = 2 * P(T_{n-1} > |mean d| / (s_d / sqrt(n)))    (two-sided paired t-test)
+
+and the minimum detectable difference (MDD) is the true mean difference that
+this test, with these n seeds and this spread s_d, would detect with
+probability ``power`` (80% by default) at level ``alpha``. It solves the
+noncentral t power equation exactly:
+
+    P(|T'_{n-1}(delta)| > t_{1-a/2, n-1}) = power,   delta = MDD * sqrt(n) / s_d,
+
+so a null result reads "no difference larger than MDD". For large n it
+tends to the familiar (z_{1-a/2} + z_{power}) * s_d / sqrt(n).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def t_quantile(df: int, q: float = 0.975) -> float:
+    """The ``q`` quantile of Student's t with ``df`` degrees of freedom."""
+    from scipy.stats import t
+
+    return float(t.ppf(q, df))
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the mean and its two-sided ``level`` t-interval; low = high = nan for n < 2."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan, math.nan
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t_quantile(n - 1, 0.5 + level / 2) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def t_power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
+    """Power of the two-sided one-sample (paired) t-test for a true mean difference ``effect``."""
+    from scipy.stats import nct
+
+    if n < 2 or not sd > 0:
+        return math.nan
+    df = n - 1
+    crit = t_quantile(df, 1 - alpha / 2)
+    nc = abs(effect) * math.sqrt(n) / sd
+    upper = float(nct.sf(crit, df, nc))
+    lower = float(nct.cdf(-crit, df, nc))  # the wrong-sign rejections
+    if not math.isfinite(upper):  # scipy's series fails far in the tail, where the normal limit holds
+        from scipy.stats import norm
+
+        upper = float(norm.sf(crit - nc))
+    return upper + (lower if math.isfinite(lower) else 0.0)
+
+
+def min_detectable_difference(sd: float, n: int, power: float = 0.8, alpha: float = 0.05) -> float:
+    """The smallest true mean difference the paired t-test detects with probability ``power``.
+
+    nan when it is undefined (fewer than 2 pairs); 0 when the differences have no spread.
+    """
+    from scipy.optimize import brentq
+
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    if sd == 0:
+        return 0.0
+    hi = sd
+    while t_power(hi, sd, n, alpha) < power:  # bracket the root; power rises with the effect
+        hi *= 2
+    return float(brentq(lambda e: t_power(e, sd, n, alpha) - power, 0.0, hi, xtol=1e-12 * sd))
+
+
+@dataclass
+class PairedComparison:
+    """x - y paired by seed: mean difference, its interval, p-value and minimum detectable difference."""
+
+    n: int  # seeds present in both
+    diff: float
+    low: float
+    high: float
+    p_value: float
+    mdd: float  # at ``power`` and ``alpha``
+
+    @property
+    def separated(self) -> bool:
+        """True when the interval excludes 0 (the two differ at this level)."""
+        return self.n >= 2 and (self.low > 0 or self.high < 0)
+
+
+def paired_comparison(
+    x: dict[int, float], y: dict[int, float], level: float = 0.95, power: float = 0.8
+) -> PairedComparison:
+    """Compare ``x`` against ``y`` (seed -> value) on the seeds both have."""
+    from scipy.stats import t
+
+    seeds = sorted(set(x) & set(y))
+    d = [x[s] - y[s] for s in seeds]
+    n = len(d)
+    mean, low, high = t_interval(d, level)
+    if n < 2:
+        return PairedComparison(n, mean, math.nan, math.nan, math.nan, math.nan)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in d) / (n - 1))
+    if sd == 0:  # identical differences: the test statistic is 0/0 unless the mean is 0 too
+        p = 1.0 if mean == 0 else 0.0
+    else:
+        p = float(2 * t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+    return PairedComparison(n, mean, low, high, p, min_detectable_difference(sd, n, power, 1 - level))
+
+
+def time_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float:
+    """The first x (e.g. wall seconds) at which the curve's value reaches ``target``; nan if never."""
+    for x, value in curve:
+        if value >= target:
+            return float(x)
+    return math.nan
