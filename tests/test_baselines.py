@@ -8,7 +8,7 @@ import torch
 from lightning_rlvr.credit import DrGRPOCredit, GRPOCredit
 from lightning_rlvr.dynamic_sampling import DynamicSampling, informative_groups
 from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.objectives import aggregate
+from lightning_rlvr.objectives import loss_weights
 from lightning_rlvr.rewards import OverlongPenalty
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.tasks.base import Problem
@@ -101,6 +101,8 @@ def test_dr_grpo_advantages_and_constant_normaliser_by_hand():
         assert adv[i, :n].tolist() == [a] * n and adv[i, n:].abs().sum() == 0
     # constant normaliser: sum of token losses / (4 sequences * L_max 10)
     tok = torch.ones(4, 5)
-    assert aggregate(tok, rollout.completion_mask, "constant", max_len=10).item() == pytest.approx(11 / 40)
+    assert (
+        tok * loss_weights(rollout.completion_mask, "constant", max_len=10)
+    ).sum().item() == pytest.approx(11 / 40)
     grpo = GRPOCredit().assign(rollout, scorer=None).advantages
     assert grpo[0, 0].item() == pytest.approx(0.75 / 0.5, rel=1e-4)  # GRPO divides by the std (0.5)

@@ -16,8 +16,10 @@ Routing by n_c = #correct in the group of G:
   KL as an additive loss fails).
 * n_c = 0: no correct peer exists. One random rollout o_r is the reference;
   s_i = mean f(D_{i,t}) over the first min(|o_i|, |o_r|) tokens;
-  A_div = (s - mean s) / (std s + eps) over the group without o_r; every token
-  of o_i gets alpha * A_div_i (alpha = 0.1); o_r gets 0 [proposed].
+  A_div = (s - mean s) / (std s + eps) over the group without o_r (exactly 0
+  when every s_i is equal, decided by exact equality: a float std of equal
+  values can be ~1e-8, not 0); every token of o_i gets alpha * A_div_i
+  (alpha = 0.1); o_r gets 0 [proposed].
   An all-wrong group, which carries no GRPO signal, thus rewards diversity.
 * n_c = 1 or n_c = G: plain GRPO.
 
@@ -42,6 +44,7 @@ from lightning_rlvr.credit.self_conditioned import (
     span_mask,
 )
 from lightning_rlvr.distributed import gather_values
+from lightning_rlvr.objectives import standardize
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import Scorer
 
@@ -145,8 +148,10 @@ class SCGRPOCredit(SelfConditionedCredit):
             if len(others) < 2:
                 continue
             o = torch.as_tensor(others, device=mask.device)
-            s = (f[o] * active[o]).sum(-1) / active[o].sum(-1).clamp(min=1)  # [G-1]
-            a_div = (s - s.mean()) / (s.std() + self.eps)  # [G-1]
+            # mean in float64, rounded back: equal f values give bit-identical s_i at any length
+            fo, ao = f[o].double(), active[o].double()
+            s = ((fo * ao).sum(-1) / ao.sum(-1).clamp(min=1)).float()  # [G-1]
+            a_div = standardize(s, self.eps)  # [G-1]; exactly 0 when every s_i is equal
             token_adv[o] = self.alpha * a_div[:, None] * mask[o]
 
         # ---- metrics
