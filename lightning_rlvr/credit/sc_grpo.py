@@ -8,6 +8,9 @@ informed teacher disagrees most with the student are the ones that matter:
     D_{i,t} = KL(pi(. | teacher ctx, o_{i,<t}) || pi(. | x, o_{i,<t}))    (full vocabulary)
     f(D)    = D / (D + c),   c = max(q75(D over the step's scored tokens), 1e-4)   in [0, 1)
 
+A teacher entry of probability 0 contributes 0 to D (0 log 0 = 0); a student zero
+where the teacher has mass (infinite KL) gives a huge finite D, hence f ~ 1.
+
 Routing by n_c = #correct in the group of G:
 
 * 2 <= n_c < G: tau uniform over the correct rollouts other than o_i (a correct
