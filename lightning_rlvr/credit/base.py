@@ -39,7 +39,8 @@ class Credit:
 
 
 class CreditAssigner(Callback):
-    """Base class. Subclasses implement ``assign``; stateful ones also ``state_dict``/``load_state_dict``.
+    """Base class. Subclasses implement ``assign``; stateful ones also ``state_dict``/``load_state_dict``
+    (Lightning's ``Callback`` defaults save ``{}`` and load nothing).
 
     Args:
         scale_by_std: divide group-centred rewards by the group's std (GRPO) or not (Dr. GRPO).
@@ -65,10 +66,4 @@ class CreditAssigner(Callback):
         tokens of ``rows``. The module adds the result, masked and aggregated like the
         policy-gradient loss. The default adds nothing.
         """
-        return None
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state_dict: dict) -> None:
         return None
