@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from lightning_rlvr.credit import DrGRPOCredit, GRPOCredit
-from lightning_rlvr.dynamic_sampling import DynamicSampling, informative_groups
+from lightning_rlvr.dynamic_sampling import EXTRA_OFFSET, DynamicSampling, extra_index, informative_groups
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.objectives import loss_weights
 from lightning_rlvr.rewards import OverlongPenalty
 from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.tasks.base import Problem
+from lightning_rlvr.tasks.base import Problem, Task
 
 G = 4
 
@@ -78,6 +78,48 @@ def test_dynamic_sampling_stops_at_the_bound_and_says_so(caplog):
         DynamicSampling(max_rounds=1, on_shortfall="error").collect(
             problems("ab"), draw, lambda k: problems("ab")
         )
+
+
+class IndexTask(Task):
+    """A task whose problem at stream position i says i (finite: ``n`` problems, cycled)."""
+
+    def __init__(self, n: int | None) -> None:
+        self.n = n
+
+    def size(self, split: str) -> int | None:
+        return self.n
+
+    def problem(self, split: str, index: int) -> Problem:
+        return Problem(prompt=str(index), answer="")
+
+
+@pytest.mark.parametrize(("B", "rounds", "world"), [(1, 1, 1), (3, 2, 1), (4, 3, 2), (2, 5, 4)])
+def test_extra_prompt_positions_are_distinct_deterministic_and_past_the_main_stream(B, rounds, world):
+    steps = 50
+    positions = [
+        extra_index(step * world + rank, k, i, B, rounds)
+        for step in range(steps)
+        for rank in range(world)
+        for k in range(1, rounds + 1)
+        for i in range(B)
+    ]
+    assert len(set(positions)) == len(positions)  # no two extra draws share a position
+    assert min(positions) == EXTRA_OFFSET and max(positions) == EXTRA_OFFSET + len(positions) - 1  # dense
+    assert extra_index(7, 1, 0, B, rounds) == extra_index(7, 1, 0, B, rounds)  # a resume draws the same
+    # generated task: the main stream (positions < steps * world * B) never serves an extra prompt
+    main = {str(p) for p in range(steps * world * B)}
+    generated = IndexTask(None)
+    assert not main & {generated.train_problem(p).prompt for p in positions}
+    # finite split of n: positions wrap, so extra prompts are ordinary problems of the split
+    for n in (5, 64, 1000):
+        extra = {IndexTask(n).train_problem(p).prompt for p in positions}
+        assert extra <= {str(j) for j in range(n)}
+    with pytest.raises(ValueError):
+        extra_index(0, 0, 0, B, rounds)  # rounds count from 1
+    with pytest.raises(ValueError):
+        extra_index(0, rounds + 1, 0, B, rounds)
+    with pytest.raises(ValueError):
+        extra_index(0, 1, B, B, rounds)
 
 
 def test_overlong_penalty_three_pieces_at_the_boundaries():
