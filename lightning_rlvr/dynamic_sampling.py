@@ -6,7 +6,8 @@ and only dilutes the batch. Dynamic sampling keeps the groups with
 groups are collected. The number of extra rounds is bounded; when the bound
 is hit the batch is filled with uninformative groups (they add no gradient)
 and a warning says how many were missing, or, with ``on_shortfall="error"``,
-training stops with that message.
+training stops with that message. DAPO as a whole (clip-higher, token mean,
+overlong penalty): ``docs/methods.md``.
 
 Where extra prompts come from: position ``extra_index(...)`` of the training
 stream, a function of (RL step, rank, round, slot in the batch) only, so a

@@ -1,4 +1,6 @@
-"""RREDCoT: reward redistribution over the segments of a chain of thought (METHODS.md section 5).
+"""RREDCoT: reward redistribution over the segments of a chain of thought.
+
+Formulas, defaults and provenance: ``docs/methods.md`` (RREDCoT).
 
 GRPO gives every token of a rollout the same advantage A_i. RREDCoT (RUDDER-style
 return decomposition) splits the chain of thought into K reasoning segments and
@@ -184,7 +186,7 @@ class RREDCoTCredit(CreditAssigner):
         keywords: reasoning keywords before which a segment may start [summary]; each is
             matched with and without a leading space.
         answer_cue: text between the partial chain and the reference answer in the value
-            query (METHODS.md: " The answer is ") [proposed].
+            query [proposed: " The answer is "].
         delta_frac: delta = delta_frac * mean_k |r_k| in the weight formula [proposed]; relative to
             the row's own scale, so weights do not depend on the magnitude of its values.
         last_value_is_reward: V after the last segment is the final reward [proposed]; when

@@ -2,7 +2,7 @@
 
 The teacher is the same policy, gradients stopped, with a verified-correct
 rollout tau of the same group placed in its context; teacher and student score
-the same completion prefix o_{i,<t} (METHODS.md section 2). Tokens where the
+the same completion prefix o_{i,<t} (``docs/methods.md``, SC-GRPO). Tokens where the
 informed teacher disagrees most with the student are the ones that matter:
 
     D_{i,t} = KL(pi(. | teacher ctx, o_{i,<t}) || pi(. | x, o_{i,<t}))    (full vocabulary)
@@ -62,7 +62,7 @@ class SCGRPOCredit(SelfConditionedCredit):
 
     Args:
         template: teacher context; ``{prompt}`` = the row's prompt ids, ``{reference}`` = the
-            reference rollout's completion ids [proposed default from METHODS.md].
+            reference rollout's completion ids [proposed].
         alpha: scale of the diversity advantage in all-wrong groups [proposed].
         quantile_level: percentile of D that sets c [paper: 0.75].
         c_min: floor of c [paper: 1e-4].

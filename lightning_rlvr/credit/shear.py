@@ -1,4 +1,6 @@
-"""SHEAR: span-level hidden-state Wasserstein advantage reweighting (METHODS.md section 1).
+"""SHEAR: span-level hidden-state Wasserstein advantage reweighting.
+
+Formulas, defaults and provenance: ``docs/methods.md`` (SHEAR).
 
 GRPO gives every token of a rollout the same advantage A_i. SHEAR looks for the
 *places* where a correct and an incorrect rollout of the same prompt part ways,
