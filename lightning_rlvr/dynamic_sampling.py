@@ -6,11 +6,22 @@ and only dilutes the batch. Dynamic sampling keeps the groups with
 groups are collected. The number of extra rounds is bounded; when the bound
 is hit the batch is filled with uninformative groups (they add no gradient)
 and a warning says how many were missing, or, with ``on_shortfall="error"``,
-training stops with that message.
+training stops with that message. DAPO as a whole (clip-higher, token mean,
+overlong penalty): ``docs/methods.md``.
 
-Extra prompts come from a part of the training stream that the main stream
-never reaches, indexed by (RL step, round), so a resumed run draws the same
-ones and no extra state needs checkpointing.
+Where extra prompts come from: position ``extra_index(...)`` of the training
+stream, a function of (RL step, rank, round, slot in the batch) only, so a
+resumed run draws the same ones and no extra state needs checkpointing, and
+no two extra draws of a run share a position. The positions start at
+``EXTRA_OFFSET`` = 2^40. For a generated task (no finite train split) the main
+stream, which reads positions 0, 1, 2, ... one batch per step, never gets
+there, so extra prompts are problems the main stream never serves. A finite
+split of n problems is cycled (position mod n; ``Task.train_problem``), so
+there the extra prompts are ordinary training problems that the main stream
+also serves, possibly in the same epoch or even the same step. We keep it so
+rather than hold problems out: a held-out part would shrink the split every
+method trains on (DAPO must see the same data as the baselines), and drawing
+a problem twice is harmless for RL, which samples fresh rollouts each time.
 """
 
 from __future__ import annotations
@@ -27,7 +38,18 @@ from lightning_rlvr.rollout import Rollout, concat_rollouts
 from lightning_rlvr.tasks.base import Problem
 
 log = logging.getLogger(__name__)
-EXTRA_OFFSET = 2**40  # where extra prompts are read from the training stream
+EXTRA_OFFSET = 2**40  # first training-stream position of the extra prompts (see the module docstring)
+
+
+def extra_index(slot: int, round_: int, i: int, batch_size: int, max_rounds: int) -> int:
+    """Training-stream position of extra prompt ``i`` (0 <= i < B) of round ``round_`` (1..max_rounds).
+
+    ``slot`` = RL step * world size + rank, as in ``TrainStream``. Distinct (slot, round, i)
+    give distinct positions, all >= ``EXTRA_OFFSET``.
+    """
+    if not (1 <= round_ <= max_rounds and 0 <= i < batch_size):
+        raise ValueError(f"round {round_} / prompt {i} outside 1..{max_rounds} / 0..{batch_size - 1}")
+    return EXTRA_OFFSET + (slot * max_rounds + round_ - 1) * batch_size + i
 
 
 def informative_groups(correct: Tensor, group: Tensor) -> Tensor:

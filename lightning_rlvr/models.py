@@ -112,7 +112,9 @@ class PretrainedPolicy(PolicySource):
         dtype: parameter dtype (``float32``, ``bfloat16``, ``float16``).
         local_files_only: never touch the network (set it on offline machines).
         trust_remote_code: passed to ``from_pretrained``.
-        padding_side: generation needs left padding; the tokenizer is set to it.
+
+    The tokenizer is always set to left padding: batched generation appends on the
+    right, so right padding would put pad tokens between a prompt and its completion.
     """
 
     def __init__(
@@ -121,18 +123,16 @@ class PretrainedPolicy(PolicySource):
         dtype: str = "float32",
         local_files_only: bool = False,
         trust_remote_code: bool = False,
-        padding_side: str = "left",
     ) -> None:
         self.name_or_path = name_or_path
         self.dtype = dtype
         self.local_files_only = local_files_only
         self.trust_remote_code = trust_remote_code
-        self.padding_side = padding_side
 
     def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         kwargs = {"local_files_only": self.local_files_only, "trust_remote_code": self.trust_remote_code}
         tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, **kwargs)
-        tokenizer.padding_side = self.padding_side
+        tokenizer.padding_side = "left"  # batched generation appends on the right
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(

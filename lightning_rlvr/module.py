@@ -37,7 +37,7 @@ from torch import Tensor
 from lightning_rlvr.credit.base import Credit, CreditAssigner
 from lightning_rlvr.credit.grpo import GRPOCredit
 from lightning_rlvr.distributed import all_sum, any_rank, shard_policy, world_size
-from lightning_rlvr.dynamic_sampling import EXTRA_OFFSET, DynamicSampling
+from lightning_rlvr.dynamic_sampling import DynamicSampling, extra_index
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.metrics import PassAtK
 from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
@@ -239,10 +239,9 @@ class RLVRModule(LightningModule):
         else:
             B, rounds = len(problems), self.dynamic_sampling.max_rounds
             slot = self.rl_step * world_size() + self.global_rank  # this rank's step, as in TrainStream
-            base = EXTRA_OFFSET + slot * rounds * B  # a stream the main one never reaches
 
             def more(k: int) -> list[Problem]:
-                return [self.task.train_problem(base + (k - 1) * B + i) for i in range(B)]
+                return [self.task.train_problem(extra_index(slot, k, i, B, rounds)) for i in range(B)]
 
             rollout, stats = self.dynamic_sampling.collect(
                 problems, draw, more, sync=lambda flag: any_rank(flag, self.device)

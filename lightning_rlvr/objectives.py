@@ -31,22 +31,35 @@ def group_mean_std(values: Tensor, group: Tensor) -> tuple[Tensor, Tensor]:
 def group_advantages(rewards: Tensor, group: Tensor, scale: bool = True, eps: float = 1e-6) -> Tensor:
     """GRPO's A_i = (r_i - mean(r)) / (std(r) + eps), or r_i - mean(r) with ``scale=False``: [N].
 
-    A group whose rewards are all equal gets exactly 0 (never NaN).
+    A group whose rewards are all equal gets exactly 0 (never NaN). "All equal" is
+    decided by exact equality (min == max), not by ``std > 0``: the float32 mean of
+    equal non-binary rewards (e.g. seven 0.7s) is off by an ulp, which leaves a
+    ~1e-8 std that, divided by ``std + eps``, would give every row an advantage of
+    ~0.06 (partial-credit rewards and overlong shaping produce such groups).
     """
-    mean, std = group_mean_std(rewards.float(), group)
-    adv = rewards.float() - mean
+    r = rewards.float()
+    mean, std = group_mean_std(r, group)
+    adv = r - mean
     if scale:
         adv = adv / (std + eps)
-    return torch.where(std > 0, adv, torch.zeros_like(adv))
+    equal = zero_std_groups(r, group)[group]  # [N]
+    return torch.where(equal, torch.zeros_like(adv), adv)
 
 
 def zero_std_groups(rewards: Tensor, group: Tensor) -> Tensor:
-    """[num_groups] bool: groups whose rewards are all equal (they carry no GRPO signal)."""
+    """[num_groups] bool: groups whose rewards are all exactly equal (they carry no GRPO signal)."""
     n_groups = int(group.max()) + 1
     r = rewards.float()
     lo = torch.full((n_groups,), float("inf"), device=r.device).scatter_reduce(0, group, r, "amin")
     hi = torch.full((n_groups,), float("-inf"), device=r.device).scatter_reduce(0, group, r, "amax")
     return lo == hi
+
+
+def standardize(values: Tensor, eps: float = 1e-6) -> Tensor:
+    """(v - mean v) / (std v + eps) over a 1-D tensor; exactly 0 when all values are exactly equal."""
+    if values.numel() < 2 or bool(values.min() == values.max()):
+        return torch.zeros_like(values)
+    return (values - values.mean()) / (values.std() + eps)
 
 
 def clipped_surrogate(
@@ -104,8 +117,3 @@ def loss_weights(mask: Tensor, mode: str, max_len: int, total: Total = _local) -
     if mode not in AGGREGATIONS:
         raise ValueError(f"loss_agg must be one of {sorted(AGGREGATIONS)}, got {mode!r}")
     return AGGREGATIONS[mode](mask.float(), max_len, total)
-
-
-def aggregate(tok_loss: Tensor, mask: Tensor, mode: str, max_len: int) -> Tensor:
-    """Reduce token losses [m, T] under ``mask`` [m, T] with one of ``AGGREGATIONS``."""
-    return (tok_loss * loss_weights(mask, mode, max_len)).sum()

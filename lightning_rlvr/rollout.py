@@ -108,7 +108,6 @@ def sample(
     temperature: float = 1.0,
     top_p: float = 1.0,
     top_k: int = 0,
-    do_sample: bool = True,
     synced: bool = False,
     render: Callable[[str], str] | None = None,
 ) -> Rollout:
@@ -127,10 +126,10 @@ def sample(
     out = model.generate(
         input_ids=prompt_ids,
         attention_mask=prompt_mask,
-        do_sample=do_sample,
-        temperature=temperature if do_sample else None,
-        top_p=top_p if do_sample else None,
-        top_k=top_k if do_sample else None,
+        do_sample=True,  # RLVR samples; evaluation at temperature 0 is not a use of this function
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
         max_new_tokens=max_new_tokens,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

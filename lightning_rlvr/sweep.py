@@ -43,21 +43,23 @@ from typing import Any
 
 import yaml
 
+from lightning_rlvr.sweep_report import write_report
 from lightning_rlvr.sweep_spec import (  # noqa: F401 - re-exported: the sweep API in one place
     CONFIG_AXIS,
+    DONE,
+    FIT_DONE,
+    TEST_METRICS,
     Run,
     Sweep,
     SweepError,
     axis_label,
     expand,
     load_sweep,
+    run_dir,
 )
 
 log = logging.getLogger("lightning_rlvr.sweep")
 
-DONE = "DONE"  # written last: the run and its evaluation completed
-FIT_DONE = "fit.done"  # the fit completed (a resumed sweep then only reruns the test)
-TEST_METRICS = "test_metrics.json"
 PROGRAM = "lightning-rlvr"  # how commands are printed; they run as ``python -m lightning_rlvr.cli``
 WARM_START_KEYS = ("model.policy", "model.task", "model.warm_start", "model.lora")
 
@@ -78,10 +80,6 @@ def cli_value(value: Any) -> str:
 def _override_args(overrides) -> list[str]:
     items = overrides.items() if isinstance(overrides, dict) else overrides
     return [tok for key, value in items for tok in (f"--{key}", cli_value(value))]
-
-
-def run_dir(sweep: Sweep, run: Run) -> Path:
-    return sweep.out / run.run_id
 
 
 def _output_args(d: Path, version: str) -> list[str]:
@@ -136,10 +134,22 @@ def _merged_config(run: Run) -> dict:
     for key, value in run.overrides:
         *parents, last = key.split(".")
         node = merged
-        for p in parents:
-            node = node.setdefault(p, {}) if isinstance(node.get(p, {}), dict) else {}
+        for k, p in enumerate(parents):
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                section = ".".join(parents[: k + 1])
+                raise SweepError(
+                    f"run {run.run_id}: override {key} needs {section} to be a section, but the configs "
+                    f"set {section}: {node!r}; override {section} itself or make it a mapping"
+                )
         node[last] = value
     return merged
+
+
+def check_overrides(runs: Sequence[Run]) -> None:
+    """Raise ``SweepError`` if some run's dotted override lands under a non-mapping value."""
+    for run in runs:
+        _merged_config(run)
 
 
 def warm_start_groups(runs: Sequence[Run]) -> dict[str, Run]:
@@ -419,10 +429,11 @@ def main(argv: list[str] | None = None, runner: CommandRunner = subprocess_runne
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     try:
         sweep = load_sweep(args.sweep, args.out)
+        all_runs = expand(sweep)
+        check_overrides(all_runs)
     except SweepError as err:
         sys.stderr.write(f"lightning-rlvr-sweep: error: {err}\n")
         return 2
-    all_runs = expand(sweep)
     runs = [r for r in all_runs if re.search(args.only, r.run_id)] if args.only else all_runs
     jobs = args.jobs or sweep.jobs
     if args.dry_run:  # what a real invocation would run now: finished runs are left out
@@ -453,8 +464,6 @@ def main(argv: list[str] | None = None, runner: CommandRunner = subprocess_runne
             first = list(warm_start_groups(todo).values())  # these fill the warm-start cache first
             run_submitit(sweep, first, env, args.launcher, params, runner)
             run_submitit(sweep, [r for r in todo if r not in first], env, args.launcher, params, runner)
-    from lightning_rlvr.sweep_report import write_report
-
     paths = write_report(sweep, all_runs)
     for p in paths:
         log.info("wrote %s", p)

@@ -19,10 +19,8 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from lightning_rlvr.sweep import Run, Sweep
+from lightning_rlvr.sweep_spec import DONE, TEST_METRICS, Run, Sweep, axis_label, run_dir
 
 TAIL = 10  # steps averaged for the final train reward
 SMOOTH = 5  # trailing moving average of the train-reward curve
@@ -56,10 +54,10 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, flo
 
 
 # ---------------------------------------------------------------------------- reading runs
-def read_fit_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+def read_fit_metrics(directory: Path) -> dict[str, list[tuple[int, float]]]:
     """Every logged metric of the run's fit as (step, value) pairs, in logging order."""
     series: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted((run_dir / "logs" / "fit").rglob("metrics.csv")):
+    for path in sorted((directory / "logs" / "fit").rglob("metrics.csv")):
         with open(path) as f:
             for row in csv.DictReader(f):
                 step = int(float(row.get("step") or 0))
@@ -71,8 +69,6 @@ def read_fit_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 def run_row(sweep: Sweep, run: Run) -> dict | None:
     """The results.csv row of a finished run (None if it has not finished)."""
-    from lightning_rlvr.sweep import DONE, TEST_METRICS, run_dir
-
     d = run_dir(sweep, run)
     if not (d / DONE).is_file():
         return None
@@ -242,8 +238,6 @@ def write_curves_csv(curves: dict, path: Path) -> None:
 # ---------------------------------------------------------------------------- all of it
 def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
     """results.csv, results.md, curves.csv and curves.png under the sweep's report_dir."""
-    from lightning_rlvr.sweep import axis_label
-
     rows = [r for r in (run_row(sweep, run) for run in runs) if r is not None]
     out = sweep.report_dir
     out.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,9 @@ A sweep file names base ``--config`` files, fixed dotted overrides and a grid
 whose axes are dotted overrides (``model.lr: [5e-5, 1e-4]``) or config files
 (``config: [configs/method/grpo.yaml, "configs/method/*.yaml"]``, optionally
 labelled ``config:method``). The cartesian product of the axes is the list of
-runs, each with a stable, unique id. Running them is ``lightning_rlvr.sweep``.
+runs, each with a stable, unique id. Running them is ``lightning_rlvr.sweep``;
+reading their results is ``lightning_rlvr.sweep_report``. Both import what they
+share from here (the run directory layout and its marker files), never each other.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from typing import Any
 import yaml
 
 CONFIG_AXIS = "config"
+DONE = "DONE"  # written last in a run directory: the run and its evaluation completed
+FIT_DONE = "fit.done"  # the fit completed (a resumed sweep then only reruns the test)
+TEST_METRICS = "test_metrics.json"  # the test metrics of the final checkpoint
 SWEEP_KEYS = {"name", "out", "report_dir", "configs", "overrides", "grid", "test_overrides", "env", "jobs"}
 SWEEP_KEYS |= {"seed_key", "slurm"}
 
@@ -57,6 +62,11 @@ class Run:
     overrides: tuple[tuple[str, Any], ...]
     cell: tuple[tuple[str, str], ...]  # (axis label, value label) of every axis but the seed
     seed: str | None
+
+
+def run_dir(sweep: Sweep, run: Run) -> Path:
+    """Where a run writes everything: ``<out>/<run_id>/``."""
+    return sweep.out / run.run_id
 
 
 def _is_config_axis(key: str) -> bool:

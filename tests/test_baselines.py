@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from lightning_rlvr.credit import DrGRPOCredit, GRPOCredit
-from lightning_rlvr.dynamic_sampling import DynamicSampling, informative_groups
+from lightning_rlvr.dynamic_sampling import EXTRA_OFFSET, DynamicSampling, extra_index, informative_groups
 from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.objectives import aggregate
+from lightning_rlvr.objectives import loss_weights
 from lightning_rlvr.rewards import OverlongPenalty
 from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.tasks.base import Problem
+from lightning_rlvr.tasks.base import Problem, Task
 
 G = 4
 
@@ -81,6 +81,48 @@ def test_dynamic_sampling_stops_at_the_bound_and_says_so(caplog):
         )
 
 
+class IndexTask(Task):
+    """A task whose problem at stream position i says i (finite: ``n`` problems, cycled)."""
+
+    def __init__(self, n: int | None) -> None:
+        self.n = n
+
+    def size(self, split: str) -> int | None:
+        return self.n
+
+    def problem(self, split: str, index: int) -> Problem:
+        return Problem(prompt=str(index), answer="")
+
+
+@pytest.mark.parametrize(("B", "rounds", "world"), [(1, 1, 1), (3, 2, 1), (4, 3, 2), (2, 5, 4)])
+def test_extra_prompt_positions_are_distinct_deterministic_and_past_the_main_stream(B, rounds, world):
+    steps = 50
+    positions = [
+        extra_index(step * world + rank, k, i, B, rounds)
+        for step in range(steps)
+        for rank in range(world)
+        for k in range(1, rounds + 1)
+        for i in range(B)
+    ]
+    assert len(set(positions)) == len(positions)  # no two extra draws share a position
+    assert min(positions) == EXTRA_OFFSET and max(positions) == EXTRA_OFFSET + len(positions) - 1  # dense
+    assert extra_index(7, 1, 0, B, rounds) == extra_index(7, 1, 0, B, rounds)  # a resume draws the same
+    # generated task: the main stream (positions < steps * world * B) never serves an extra prompt
+    main = {str(p) for p in range(steps * world * B)}
+    generated = IndexTask(None)
+    assert not main & {generated.train_problem(p).prompt for p in positions}
+    # finite split of n: positions wrap, so extra prompts are ordinary problems of the split
+    for n in (5, 64, 1000):
+        extra = {IndexTask(n).train_problem(p).prompt for p in positions}
+        assert extra <= {str(j) for j in range(n)}
+    with pytest.raises(ValueError):
+        extra_index(0, 0, 0, B, rounds)  # rounds count from 1
+    with pytest.raises(ValueError):
+        extra_index(0, rounds + 1, 0, B, rounds)
+    with pytest.raises(ValueError):
+        extra_index(0, 1, B, B, rounds)
+
+
 def test_overlong_penalty_three_pieces_at_the_boundaries():
     shaper = OverlongPenalty(max_length=20, cache=4)
     lengths = torch.tensor([0, 16, 17, 18, 20, 21, 40])
@@ -102,6 +144,8 @@ def test_dr_grpo_advantages_and_constant_normaliser_by_hand():
         assert adv[i, :n].tolist() == [a] * n and adv[i, n:].abs().sum() == 0
     # constant normaliser: sum of token losses / (4 sequences * L_max 10)
     tok = torch.ones(4, 5)
-    assert aggregate(tok, rollout.completion_mask, "constant", max_len=10).item() == pytest.approx(11 / 40)
+    assert (
+        tok * loss_weights(rollout.completion_mask, "constant", max_len=10)
+    ).sum().item() == pytest.approx(11 / 40)
     grpo = GRPOCredit().assign(rollout, scorer=None).advantages
     assert grpo[0, 0].item() == pytest.approx(0.75 / 0.5, rel=1e-4)  # GRPO divides by the std (0.5)

@@ -33,6 +33,19 @@ def test_tiny_model_save_load_is_exact(tmp_path):
     assert isinstance(AutoModelForCausalLM.from_pretrained(tmp_path), type(model))
 
 
+def test_pretrained_policy_always_pads_on_the_left(tmp_path):
+    """A tokenizer saved with right padding (most hub tokenizers) still generates from left-padded prompts."""
+    model, tok = TinyPolicy(layers=1, hidden=32, heads=2, intermediate=64).load()
+    tok.padding_side = "right"
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path).padding_side == "right"
+    _, loaded_tok = PretrainedPolicy(str(tmp_path), local_files_only=True).load()
+    assert loaded_tok.padding_side == "left"
+    batch = loaded_tok(["Q 1+2=", "Q 12+34="], padding=True, add_special_tokens=False)["input_ids"]
+    assert batch[0][0] == loaded_tok.pad_token_id and batch[0][-1] != loaded_tok.pad_token_id
+
+
 def test_tiny_policy_init_is_seeded_and_leaves_global_rng_alone():
     torch.manual_seed(5)
     before = torch.rand(1)

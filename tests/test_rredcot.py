@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from lightning_rlvr.credit.rredcot import (
@@ -125,7 +126,7 @@ def test_decisive_segment_gets_the_largest_weight_and_weights_average_one():
     assert red.sigma[0].argmax().item() == 2
     # wrong rollout (A < 0): the segment "-;" where the value drops most, not the rise "*;"
     assert red.sigma[1].argmax().item() == 2
-    assert red.sigma[1, 1] < red.sigma[1, 0] + 1e-6  # the rising segment gets only the delta floor
+    assert red.sigma[1, 1] < red.sigma[1, 0] + 1e-6  # the rising segment gets only delta
 
     credit = cr.assign(rollout, scorer)
     adv = cr.group_advantages(rollout)  # [+a, -a]
@@ -144,15 +145,15 @@ def test_decisive_segment_gets_the_largest_weight_and_weights_average_one():
 def test_weight_formula_by_hand_and_zero_rewards_give_uniform_weights():
     values = torch.tensor([[0.2, 0.5, 0.4, 1.0], [0.3, 0.3, 0.3, 0.3]])
     seg_mask = torch.ones(2, 3, dtype=torch.bool)
-    rewards, sigma = redistribute(values, seg_mask, torch.tensor([1.0, -1.0]), 0.01, 1e-8)
+    rewards, sigma = redistribute(values, seg_mask, torch.tensor([1.0, -1.0]), 0.01)
     r = [0.3, -0.1, 0.6]
     delta = 0.01 * (0.3 + 0.1 + 0.6) / 3
     m = [max(delta, x) for x in r]
     torch.testing.assert_close(rewards[0], torch.tensor(r))
     torch.testing.assert_close(sigma[0], torch.tensor([3 * x / sum(m) for x in m]))
-    torch.testing.assert_close(sigma[1], torch.ones(3))  # all r_k = 0: the floor keeps weights at 1
+    torch.testing.assert_close(sigma[1], torch.ones(3))  # all r_k exactly 0: weight 1 each
     # padded segments get weight 0 and the real ones still average 1
-    _, sig = redistribute(values[:1], torch.tensor([[True, True, False]]), torch.tensor([1.0]), 0.01, 1e-8)
+    _, sig = redistribute(values[:1], torch.tensor([[True, True, False]]), torch.tensor([1.0]), 0.01)
     assert sig[0, 2] == 0 and torch.isclose(sig[0, :2].sum(), torch.tensor(2.0))
 
 
@@ -223,3 +224,47 @@ def test_merging_to_the_target_count_keeps_the_highest_entropy_boundaries():
     )
     kept = assigner(num_segments=3).segment(rollout, stub)
     assert torch.nonzero(kept[0]).flatten().tolist() == [4, 8]
+
+
+SCALES = [1.0, 1e-1, 1e-3, 1e-6, 1e-8, 1e-10, 1e-12]
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("scale", SCALES)
+def test_weights_do_not_depend_on_the_magnitude_of_the_values(scale, sign):
+    """A failed rollout whose answer probabilities are tiny is weighted like one at a normal scale."""
+    base = torch.tensor([[0.5, 0.2, 0.3, 0.9, 0.4], [0.1, 0.6, 0.6, 0.2, 0.7]], dtype=torch.float64)
+    seg_mask = torch.ones(2, 4, dtype=torch.bool)
+    signs = torch.full((2,), sign)
+    _, ref = redistribute(base, seg_mask, signs, 0.01)
+    rewards, sigma = redistribute((base * scale).float(), seg_mask, signs, 0.01)
+    torch.testing.assert_close(sigma, ref.float(), rtol=1e-4, atol=1e-5)
+    # the hand formula at this scale: delta = 0.01 * mean |r|, sigma = K max(delta, s r) / sum
+    for row in range(2):
+        r = [(base[row, k + 1] - base[row, k]).item() for k in range(4)]
+        delta = 0.01 * sum(abs(x) for x in r) / 4
+        m = [max(delta, sign * x) for x in r]
+        expected = torch.tensor([4 * x / sum(m) for x in m])
+        torch.testing.assert_close(sigma[row], expected, rtol=1e-4, atol=1e-5)
+        assert not torch.allclose(sigma[row], torch.ones(4), atol=0.05)  # never flattened to uniform
+    torch.testing.assert_close(rewards.double() / scale, (base[:, 1:] - base[:, :-1]), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_failed_rollout_with_tiny_answer_probabilities_keeps_its_decisive_segment(scale):
+    # a wrong rollout: the value drops most in segment 2, the final reward is 0
+    values = torch.tensor([[3.0, 3.2, 0.4, 0.3, 0.0]]) * scale
+    values[0, -1] = 0.0
+    _, sigma = redistribute(values, torch.ones(1, 4, dtype=torch.bool), torch.tensor([-1.0]), 0.01)
+    assert sigma[0].argmax().item() == 1  # r = [+0.2, -2.8, -0.1, -0.3] * scale: the big drop
+    assert sigma[0, 1] > 2.5 and torch.isclose(sigma[0].sum(), torch.tensor(4.0))
+
+
+@pytest.mark.parametrize("K", [1, 2, 5])
+def test_all_zero_rows_get_exactly_weight_one_at_any_length(K):
+    for v in (0.0, 1e-12, 0.3, 1.0):
+        values = torch.full((1, K + 1), v)
+        mask = torch.ones(1, K, dtype=torch.bool)
+        for sign in (1.0, -1.0):
+            rewards, sigma = redistribute(values, mask, torch.tensor([sign]), 0.01)
+            assert torch.equal(rewards, torch.zeros(1, K)) and torch.equal(sigma, torch.ones(1, K))

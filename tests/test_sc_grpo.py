@@ -173,3 +173,31 @@ def test_template_must_hold_the_reference():
         SCGRPOCredit(template="{prompt}")
     assert math.isclose(SCGRPOCredit().alpha, 0.1)
     assert "{reference}" in SCGRPOCredit().template.template
+
+
+@pytest.mark.parametrize("d_value", [0.0, 1e-5, 0.013, 0.7, 3.0])
+@pytest.mark.parametrize("lengths", [[3, 3, 3, 3, 3, 3, 3], [2, 5, 3, 4, 5, 2, 3]])
+def test_all_wrong_group_with_equal_s_gets_exactly_zero_diversity_advantage(monkeypatch, d_value, lengths):
+    """Every s_i equal (same f on every scored token, any lengths): A_div is 0, not (ulp noise) / eps."""
+    completions = [[2 + (k + j) % 7 for j in range(n - 1)] + [EOS] for k, n in enumerate(lengths)]
+    G7 = len(lengths)
+    rollout = make_rollout([[3, 4]] * G7, completions, [0] * G7, [0.0] * G7)
+    scorer = make_scorer(rollout, 3)
+    monkeypatch.setattr(
+        SCGRPOCredit,
+        "teacher_scores",
+        staticmethod(
+            lambda scorer, rollout, rows, *a, **k: torch.full(rollout.completion_ids.shape, d_value)
+        ),
+    )
+    credit = SCGRPOCredit(template=TEMPLATE, seed=2).assign(rollout, scorer)
+    assert credit.metrics["groups_all_wrong"] == 1.0
+    assert torch.equal(credit.advantages, torch.zeros_like(credit.advantages))
+
+
+def test_collapsed_all_wrong_group_of_identical_rollouts_gets_zero():
+    same = COMPLETIONS[0]
+    for G_ in (3, 4, 8):
+        rollout = make_rollout([PROMPTS[0]] * G_, [same] * G_, [0] * G_, [0.0] * G_)
+        credit = SCGRPOCredit(template=TEMPLATE, seed=0).assign(rollout, make_scorer(rollout, 2))
+        assert torch.equal(credit.advantages, torch.zeros_like(credit.advantages))

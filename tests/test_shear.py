@@ -15,6 +15,7 @@ from lightning_rlvr.credit.shear import (
     sinkhorn_cost,
     span_starts,
 )
+from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import PolicyPass
 from lightning_rlvr.tasks.base import Problem
@@ -221,6 +222,41 @@ def test_groups_batched_together_match_groups_solved_alone_and_chunking_is_invis
     chunked = SHEARCredit(window=4, stride=2, solver="sinkhorn", tol=0.0, chunk_elements=1)
     whole = SHEARCredit(window=4, stride=2, solver="sinkhorn", tol=0.0)
     torch.testing.assert_close(weights_of(chunked, hidden, rollout), weights_of(whole, hidden, rollout))
+
+
+def test_span_layout_covers_every_token_for_every_length_window_and_stride():
+    for window in range(1, 13):
+        for stride in range(1, window + 1):
+            for length in range(0, 61):
+                spans = span_starts(length, window, stride)
+                covered = torch.zeros(length, dtype=torch.bool)
+                for start, size in spans:
+                    assert 0 <= start and 0 < size <= window and start + size <= length
+                    covered[start : start + size] = True
+                assert covered.all(), (length, window, stride)
+                if length > window:  # long completions: full windows only, the last one ends at the end
+                    assert all(size == window for _, size in spans)
+                    assert spans[-1][0] + window == length
+
+
+@pytest.mark.parametrize(("window", "stride"), [(4, 5), (1, 2), (8, 25), (100, 101)])
+def test_stride_larger_than_window_is_rejected_at_construction(window, stride):
+    with pytest.raises(RLVRError, match="stride"):
+        SHEARCredit(window=window, stride=stride)
+    with pytest.raises(ValueError, match="stride"):
+        span_starts(3 * window + 7, window, stride)
+
+
+@pytest.mark.parametrize(("window", "stride"), [(0, 1), (4, 0), (-1, -1)])
+def test_non_positive_window_or_stride_is_rejected(window, stride):
+    with pytest.raises(RLVRError):
+        SHEARCredit(window=window, stride=stride)
+
+
+def test_stride_equal_to_window_is_allowed_and_tiles_the_completion():
+    SHEARCredit(window=4, stride=4)
+    assert span_starts(12, 4, 4) == [(0, 4), (4, 4), (8, 4)]
+    assert span_starts(13, 4, 4) == [(0, 4), (4, 4), (8, 4), (9, 4)]
 
 
 def test_invalid_solver_is_rejected():

@@ -79,6 +79,65 @@ def test_bad_sweep_file_is_one_clear_error(tmp_path, monkeypatch, capsys):
     assert "missing.yaml" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("config", "override"),
+    [
+        ("model:\n  lr: 1.0e-4\n", "model.lr.value"),  # a number where a section is needed
+        ("model:\n  warm_start: null\n", "model.warm_start.steps"),  # null
+        ("model:\n  credit: lightning_rlvr.credit.GRPOCredit\n", "model.credit.init_args.scale_by_std"),
+        ("trainer:\n  logger: false\n", "trainer.logger.init_args.save_dir"),  # two levels down
+        ("model:\n  tags: [a, b]\n", "model.tags.first"),  # a list
+    ],
+)
+def test_override_under_a_non_mapping_is_one_clear_error(tmp_path, monkeypatch, capsys, config, override):
+    """It used to be written into a throwaway dict and silently dropped."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "base.yaml", config)
+    path = write(tmp_path / "s.yaml", f"configs: [base.yaml]\ngrid:\n  {override}: [1, 2]\n")
+    calls = []
+    assert sw.main([str(path), "--dry-run"], runner=lambda *a: calls.append(a) or 0) == 2
+    err = capsys.readouterr().err.strip()
+    section = ".".join(override.split(".")[:2])
+    assert len(err.splitlines()) == 1 and override in err and f"{section}:" in err
+    assert calls == []
+    # the same override in the fixed overrides is caught too
+    path = write(tmp_path / "f.yaml", f"configs: [base.yaml]\noverrides: {{{override}: 3}}\n")
+    assert sw.main([str(path), "--dry-run"]) == 2
+
+
+def test_nested_overrides_into_mappings_and_new_sections_are_merged():
+    run = sw.Run(
+        run_id="r",
+        configs=(),
+        overrides=(("model.credit.init_args.window", 8), ("model.lora.r", 4), ("model.lr", 0.1)),
+        cell=(),
+        seed=None,
+    )
+    assert sw._merged_config(run) == {
+        "model": {"credit": {"init_args": {"window": 8}}, "lora": {"r": 4}, "lr": 0.1}
+    }
+
+
+def test_sweep_modules_import_without_a_cycle():
+    """sweep -> sweep_report -> sweep_spec; sweep_spec and sweep_report never import sweep."""
+    import ast
+
+    root = REPO / "lightning_rlvr"
+    imports = {}
+    for name in ("sweep", "sweep_report", "sweep_spec"):
+        tree = ast.parse((root / f"{name}.py").read_text())
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imports[name] = {m.rsplit(".", 1)[-1] for m in mods if m.startswith("lightning_rlvr.")}
+    assert imports["sweep_spec"] == set()
+    assert imports["sweep_report"] == {"sweep_spec"}
+    assert "sweep" not in imports["sweep_report"] | imports["sweep_spec"]
+    from lightning_rlvr import sweep_report, sweep_spec
+
+    assert sw.run_dir is sweep_spec.run_dir is sweep_report.run_dir  # one definition, re-exported
+    assert (sw.DONE, sw.TEST_METRICS) == (sweep_spec.DONE, sweep_spec.TEST_METRICS)
+
+
 def test_dry_run_prints_the_commands_and_runs_nothing(grid_sweep, tmp_path, capsys):
     calls = []
     code = sw.main([str(grid_sweep), "--dry-run", "--out", "out"], runner=lambda *a: calls.append(a) or 0)

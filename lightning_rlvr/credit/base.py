@@ -50,7 +50,8 @@ class Credit:
 
 
 class CreditAssigner(Callback):
-    """Base class. Subclasses implement ``assign``; stateful ones also ``state_dict``/``load_state_dict``.
+    """Base class. Subclasses implement ``assign``; stateful ones also ``state_dict``/``load_state_dict``
+    (Lightning's ``Callback`` defaults save ``{}`` and load nothing).
 
     Args:
         scale_by_std: divide group-centred rewards by the group's std (GRPO) or not (Dr. GRPO).
@@ -68,9 +69,3 @@ class CreditAssigner(Callback):
     def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
         """Token advantages [N, T] for the rollout (no gradients flow through them)."""
         raise NotImplementedError
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        return None

@@ -1,4 +1,7 @@
-"""GRPO: every token of a rollout gets its group-relative advantage (uniform credit)."""
+"""GRPO: every token of a rollout gets its group-relative advantage (uniform credit).
+
+Formulas, defaults and provenance of every method: ``docs/methods.md``.
+"""
 
 from __future__ import annotations
 

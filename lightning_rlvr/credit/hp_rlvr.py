@@ -1,4 +1,6 @@
-"""HP-RLVR: hindsight-privileged token credit from a single rollout per prompt (METHODS.md section 3).
+"""HP-RLVR: hindsight-privileged token credit from a single rollout per prompt.
+
+Formulas, defaults and provenance: ``docs/methods.md`` (HP-RLVR).
 
 Only the paper's abstract is public; what is marked [proposed] below is this
 project's design and every such choice is a constructor argument.
@@ -117,7 +119,7 @@ class HPRLVRCredit(CreditAssigner):
         pass_text: the verdict of a passing completion [proposed].
         fail_text: the verdict of a failing completion [proposed].
         pass_threshold: a completion passes when its reward is >= this [proposed: 1.0].
-        momentum: m of the baseline update b <- m b + (1 - m) r [METHODS.md: 0.9].
+        momentum: m of the baseline update b <- m b + (1 - m) r [proposed: 0.9].
         initial_baseline: the global mean before any reward is seen [proposed: 0.5].
         max_prompts: LRU bound of the baseline table (entries; ~170 B each) [proposed: 100_000].
     """

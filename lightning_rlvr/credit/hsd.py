@@ -2,7 +2,7 @@
 
 The teacher is the same policy, without gradient, conditioned on a successful
 peer rollout of the current group plus the reference answer; when the group
-has no success, on the reference answer alone (METHODS.md section 4). No
+has no success, on the reference answer alone (``docs/methods.md``, HSD). No
 extra sampling: the peer is already in the batch. The student is the policy
 on the rollout's own prompt. Per completion token t of a distilled rollout o_i:
 

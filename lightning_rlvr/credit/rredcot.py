@@ -1,4 +1,6 @@
-"""RREDCoT: reward redistribution over the segments of a chain of thought (METHODS.md section 5).
+"""RREDCoT: reward redistribution over the segments of a chain of thought.
+
+Formulas, defaults and provenance: ``docs/methods.md`` (RREDCoT).
 
 GRPO gives every token of a rollout the same advantage A_i. RREDCoT (RUDDER-style
 return decomposition) splits the chain of thought into K reasoning segments and
@@ -27,10 +29,13 @@ is a constructor argument.
 4. Token weights [proposed]:
 
        sigma_k = K * max(delta, sign(A_i) r_k) / sum_k' max(delta, sign(A_i) r_k'),
-       delta = max(0.01 * mean_k |r_k|, 1e-8),
+       delta = 0.01 * mean_k |r_k|,
 
    so the weights are positive and average 1 over a row's segments; every token of
-   segment k gets A_{i,t} = A_i * sigma_k. A row with A_i = 0 has no effect
+   segment k gets A_{i,t} = A_i * sigma_k. delta is relative to the row's own scale,
+   so the weights do not change when all of a row's values are scaled (a failed
+   rollout whose answer probabilities are all ~1e-10 is weighted like one at ~0.1);
+   a row whose r_k are all exactly 0 gets weight 1 on every segment. A row with A_i = 0 has no effect
    (weight 1) and is not scored at all.
 """
 
@@ -122,25 +127,38 @@ def select_boundaries(candidates: Tensor, entropy: Tensor | None, num_segments: 
     return keep & candidates
 
 
-def redistribute(values: Tensor, seg_mask: Tensor, sign: Tensor, delta_frac: float, delta_floor: float):
+def redistribute(values: Tensor, seg_mask: Tensor, sign: Tensor, delta_frac: float) -> tuple[Tensor, Tensor]:
     """Segment rewards and weights from values.
 
     Args:
         values: [n, K + 1] V(s_0) .. V(s_K) of each row (V(s_K) = the final reward), padded.
         seg_mask: [n, K] True on a row's real segments (the first K_i).
         sign: [n] sign(A_i).
+        delta_frac: delta = delta_frac * mean_k |r_k| of the row.
 
     Returns:
         rewards [n, K]: r_k = V(s_k) - V(s_{k-1}) (0 on padding);
         sigma [n, K]: K_i * max(delta, sign r_k) / sum_k' max(delta, sign r_k') (0 on padding).
+
+    Scale-free: sigma is unchanged when a row's values are all multiplied by the same
+    factor, however small (a failed rollout whose answer probabilities are ~1e-12 gets the
+    same weights as one at ~1e-1). The row is divided by its own scale mean_k |r_k| before
+    the max, so no absolute floor on delta flattens small rows; a row whose r_k are all
+    exactly 0 has no preferred segment and gets weight 1 on each (the exact rule for the
+    0 / 0 of the formula). Computed in float64.
     """
-    mask = seg_mask.float()
-    rewards = (values[:, 1:] - values[:, :-1]) * mask  # [n, K]
+    mask = seg_mask.double()
+    rewards = (values.double()[:, 1:] - values.double()[:, :-1]) * mask  # [n, K]
     n_seg = mask.sum(-1).clamp(min=1)  # [n]
-    delta = (delta_frac * rewards.abs().sum(-1) / n_seg).clamp(min=delta_floor)  # [n]
-    m = torch.maximum(delta[:, None], sign[:, None] * rewards) * mask  # [n, K]
-    sigma = n_seg[:, None] * m / m.sum(-1, keepdim=True).clamp(min=1e-30)
-    return rewards, sigma
+    scale = rewards.abs().sum(-1) / n_seg  # [n] mean_k |r_k|
+    flat = scale == 0  # [n] every r_k exactly 0
+    u = (
+        rewards / torch.where(flat, torch.ones_like(scale), scale)[:, None]
+    )  # [n, K] r_k in units of the scale
+    m = torch.clamp(sign.double()[:, None] * u, min=delta_frac) * mask  # max(delta, sign r_k) / scale
+    m = torch.where(flat[:, None], mask, m)
+    sigma = n_seg[:, None] * m / m.sum(-1, keepdim=True).clamp(min=torch.finfo(torch.float64).tiny)
+    return rewards.to(values.dtype), sigma.to(values.dtype)
 
 
 @dataclass
@@ -168,9 +186,9 @@ class RREDCoTCredit(CreditAssigner):
         keywords: reasoning keywords before which a segment may start [summary]; each is
             matched with and without a leading space.
         answer_cue: text between the partial chain and the reference answer in the value
-            query (METHODS.md: " The answer is ") [proposed].
-        delta_frac: delta = delta_frac * mean_k |r_k| in the weight formula [proposed].
-        delta_floor: lower bound on delta (keeps rows with all r_k = 0 at weight 1).
+            query [proposed: " The answer is "].
+        delta_frac: delta = delta_frac * mean_k |r_k| in the weight formula [proposed]; relative to
+            the row's own scale, so weights do not depend on the magnitude of its values.
         last_value_is_reward: V after the last segment is the final reward [proposed]; when
             False, the model's value of the whole chain is used instead (one more query per row).
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
@@ -183,7 +201,6 @@ class RREDCoTCredit(CreditAssigner):
         keywords: list[str] | None = None,
         answer_cue: str = " The answer is ",
         delta_frac: float = 0.01,
-        delta_floor: float = 1e-8,
         last_value_is_reward: bool = True,
         scale_by_std: bool = True,
     ) -> None:
@@ -195,7 +212,6 @@ class RREDCoTCredit(CreditAssigner):
         self.keywords = list(DEFAULT_KEYWORDS if keywords is None else keywords)
         self.answer_cue = answer_cue
         self.delta_frac = delta_frac
-        self.delta_floor = delta_floor
         self.last_value_is_reward = last_value_is_reward
 
     # ------------------------------------------------------------------ segmentation
@@ -277,7 +293,7 @@ class RREDCoTCredit(CreditAssigner):
 
         seg_mask = torch.arange(Kmax, device=device)[None, :] < n_seg[:, None]  # [N, Kmax]
         seg_rewards, sigma = redistribute(
-            values, seg_mask & active[:, None], torch.sign(adv).float(), self.delta_frac, self.delta_floor
+            values, seg_mask & active[:, None], torch.sign(adv).float(), self.delta_frac
         )
         sigma = torch.where(active[:, None], sigma, seg_mask.float())  # inactive rows: weight 1
         mask = rollout.completion_mask.float()  # [N, T]

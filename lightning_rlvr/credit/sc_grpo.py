@@ -2,11 +2,14 @@
 
 The teacher is the same policy, gradients stopped, with a verified-correct
 rollout tau of the same group placed in its context; teacher and student score
-the same completion prefix o_{i,<t} (METHODS.md section 2). Tokens where the
+the same completion prefix o_{i,<t} (``docs/methods.md``, SC-GRPO). Tokens where the
 informed teacher disagrees most with the student are the ones that matter:
 
     D_{i,t} = KL(pi(. | teacher ctx, o_{i,<t}) || pi(. | x, o_{i,<t}))    (full vocabulary)
     f(D)    = D / (D + c),   c = max(q75(D over the step's scored tokens), 1e-4)   in [0, 1)
+
+A teacher entry of probability 0 contributes 0 to D (0 log 0 = 0); a student zero
+where the teacher has mass (infinite KL) gives a huge finite D, hence f ~ 1.
 
 Routing by n_c = #correct in the group of G:
 
@@ -16,8 +19,10 @@ Routing by n_c = #correct in the group of G:
   KL as an additive loss fails).
 * n_c = 0: no correct peer exists. One random rollout o_r is the reference;
   s_i = mean f(D_{i,t}) over the first min(|o_i|, |o_r|) tokens;
-  A_div = (s - mean s) / (std s + eps) over the group without o_r; every token
-  of o_i gets alpha * A_div_i (alpha = 0.1); o_r gets 0 [proposed].
+  A_div = (s - mean s) / (std s + eps) over the group without o_r (exactly 0
+  when every s_i is equal, decided by exact equality: a float std of equal
+  values can be ~1e-8, not 0); every token of o_i gets alpha * A_div_i
+  (alpha = 0.1); o_r gets 0 [proposed].
   An all-wrong group, which carries no GRPO signal, thus rewards diversity.
 * n_c = 1 or n_c = G: plain GRPO.
 
@@ -42,6 +47,7 @@ from lightning_rlvr.credit.self_conditioned import (
     span_mask,
 )
 from lightning_rlvr.distributed import gather_values
+from lightning_rlvr.objectives import standardize
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import Scorer
 
@@ -56,7 +62,7 @@ class SCGRPOCredit(SelfConditionedCredit):
 
     Args:
         template: teacher context; ``{prompt}`` = the row's prompt ids, ``{reference}`` = the
-            reference rollout's completion ids [proposed default from METHODS.md].
+            reference rollout's completion ids [proposed].
         alpha: scale of the diversity advantage in all-wrong groups [proposed].
         quantile_level: percentile of D that sets c [paper: 0.75].
         c_min: floor of c [paper: 1e-4].
@@ -145,8 +151,10 @@ class SCGRPOCredit(SelfConditionedCredit):
             if len(others) < 2:
                 continue
             o = torch.as_tensor(others, device=mask.device)
-            s = (f[o] * active[o]).sum(-1) / active[o].sum(-1).clamp(min=1)  # [G-1]
-            a_div = (s - s.mean()) / (s.std() + self.eps)  # [G-1]
+            # mean in float64, rounded back: equal f values give bit-identical s_i at any length
+            fo, ao = f[o].double(), active[o].double()
+            s = ((fo * ao).sum(-1) / ao.sum(-1).clamp(min=1)).float()  # [G-1]
+            a_div = standardize(s, self.eps)  # [G-1]; exactly 0 when every s_i is equal
             token_adv[o] = self.alpha * a_div[:, None] * mask[o]
 
         # ---- metrics

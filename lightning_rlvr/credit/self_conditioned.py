@@ -55,24 +55,41 @@ _FIELD = re.compile(r"\{(prompt|reference|answer)\}")
 
 
 # ---------------------------------------------------------------------------- divergences
+def _finite(logp: Tensor) -> Tensor:
+    """Log-probs with -inf (an exact zero probability) raised to a finite floor, half the dtype's min.
+
+    exp(floor) is exactly 0, so a zero-probability entry contributes 0 * (finite) = 0
+    instead of 0 * (-inf) = NaN (the convention 0 log 0 = 0), in the value and in the
+    gradient (the floor is a clamp: no gradient flows into a -inf entry). Half the
+    minimum keeps sums of sum_v p_v * (floor - x) finite.
+    """
+    return logp.clamp(min=torch.finfo(logp.dtype).min / 2)
+
+
 def kl_divergence(teacher_logp: Tensor, student_logp: Tensor) -> Tensor:
-    """KL(teacher || student) per position over the last (vocabulary) dim: [..., V] -> [...], >= 0."""
-    return (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1).clamp(min=0.0)
+    """KL(teacher || student) per position over the last (vocabulary) dim: [..., V] -> [...], >= 0.
+
+    A teacher entry of probability 0 (log-prob -inf) contributes 0. A student zero where the
+    teacher has mass makes the KL infinite; it comes out as a huge finite number instead,
+    so D / (D + c) is ~1 rather than inf / inf.
+    """
+    lp, lq = _finite(teacher_logp), _finite(student_logp)
+    return (lp.exp() * (lp - lq)).sum(-1).clamp(min=0.0)
 
 
 def generalized_jsd(teacher_logp: Tensor, student_logp: Tensor, beta: float = 0.5) -> Tensor:
     """beta KL(P || M) + (1 - beta) KL(Q || M), M = beta P + (1 - beta) Q: [..., V] -> [...].
 
     P = teacher, Q = student. With beta = 0.5 this is the Jensen-Shannon divergence,
-    in [0, ln 2]. Gradients flow through whichever argument requires them.
+    in [0, ln 2]. Gradients flow through whichever argument requires them. Entries
+    where P or Q is exactly 0 (log-prob -inf) contribute 0 (0 log 0 = 0), never NaN.
     """
     if not 0.0 < beta < 1.0:
         raise ValueError(f"beta must lie in (0, 1), got {beta}")
-    mix = torch.logsumexp(
-        torch.stack([teacher_logp + math.log(beta), student_logp + math.log(1.0 - beta)]), dim=0
-    )  # [..., V] log M
-    kl_p = (teacher_logp.exp() * (teacher_logp - mix)).sum(-1)
-    kl_q = (student_logp.exp() * (student_logp - mix)).sum(-1)
+    lp, lq = _finite(teacher_logp), _finite(student_logp)
+    mix = torch.logaddexp(lp + math.log(beta), lq + math.log(1.0 - beta))  # [..., V] log M
+    kl_p = (lp.exp() * (lp - mix)).sum(-1)
+    kl_q = (lq.exp() * (lq - mix)).sum(-1)
     return (beta * kl_p + (1.0 - beta) * kl_q).clamp(min=0.0)
 
 

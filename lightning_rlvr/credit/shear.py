@@ -1,4 +1,6 @@
-"""SHEAR: span-level hidden-state Wasserstein advantage reweighting (METHODS.md section 1).
+"""SHEAR: span-level hidden-state Wasserstein advantage reweighting.
+
+Formulas, defaults and provenance: ``docs/methods.md`` (SHEAR).
 
 GRPO gives every token of a rollout the same advantage A_i. SHEAR looks for the
 *places* where a correct and an incorrect rollout of the same prompt part ways,
@@ -57,6 +59,7 @@ import torch
 from torch import Tensor
 
 from lightning_rlvr.credit.base import Credit, CreditAssigner
+from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import Scorer
 
@@ -68,8 +71,12 @@ def span_starts(length: int, window: int, stride: int) -> list[tuple[int, int]]:
 
     Windows of ``window`` tokens every ``stride`` tokens, plus an end-aligned last window
     when the strided ones stop short of the end; a completion no longer than the window is
-    a single span of its own length; an empty completion has no span.
+    a single span of its own length; an empty completion has no span. Needs
+    ``1 <= stride <= window``: a larger stride would leave the tokens between two windows
+    in no span (weight 0, hence advantage 0).
     """
+    if not 1 <= stride <= window:
+        raise ValueError(f"span stride must lie in [1, window={window}], got {stride}")
     if length <= 0:
         return []
     if length <= window:
@@ -80,7 +87,6 @@ def span_starts(length: int, window: int, stride: int) -> list[tuple[int, int]]:
     return [(s, window) for s in starts]
 
 
-@torch.no_grad()
 @torch.no_grad()
 def sinkhorn_cost(
     cost: Tensor, mask_a: Tensor, mask_b: Tensor, reg: float, num_iter: int, tol: float = 0.0
@@ -131,7 +137,7 @@ class SHEARCredit(CreditAssigner):
 
     Args:
         window: span length w in tokens [paper: 100].
-        stride: span stride s in tokens [paper: 25].
+        stride: span stride s in tokens, 1 <= s <= w so that every token is in a span [paper: 25].
         solver: ``"sinkhorn"`` (entropic, batched, the paper's) or ``"emd"`` (exact ``ot.emd2``).
         reg: Sinkhorn entropic regularisation, in units of the group's mean hidden norm nbar
             [proposed: 0.05].
@@ -161,7 +167,12 @@ class SHEARCredit(CreditAssigner):
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
         if window < 1 or stride < 1:
-            raise ValueError(f"window and stride must be >= 1, got {window}, {stride}")
+            raise RLVRError(f"SHEAR: window and stride must be >= 1, got window={window}, stride={stride}")
+        if stride > window:
+            raise RLVRError(
+                f"SHEAR: stride ({stride}) > window ({window}) leaves the tokens between windows in no "
+                "span (zero advantage); set stride <= window"
+            )
         self.window = window
         self.stride = stride
         self.solver = solver
@@ -288,8 +299,6 @@ class SHEARCredit(CreditAssigner):
     # ------------------------------------------------------------------ assigner
     def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
         hidden = scorer.policy(hidden=True).hidden  # [N, T, H] fp32, no grad
-        if hidden is None:
-            raise RuntimeError("SHEARCredit needs hidden states: scorer.policy(hidden=True) returned none")
         mask = rollout.completion_mask  # [N, T]
         weights, weighted, n_pairs = self.token_weights(hidden, mask, rollout.rewards, rollout.group)
         adv = self.group_advantages(rollout)  # [N]

@@ -1,0 +1,94 @@
+"""docs/methods.md stands alone and states the defaults the constructors really have."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+
+import pytest
+
+from lightning_rlvr.credit import DrGRPOCredit, GRPOCredit
+from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
+from lightning_rlvr.credit.hsd import HSDCredit
+from lightning_rlvr.credit.rredcot import RREDCoTCredit
+from lightning_rlvr.credit.sc_grpo import SCGRPOCredit
+from lightning_rlvr.credit.shear import SHEARCredit
+from lightning_rlvr.dynamic_sampling import DynamicSampling
+from lightning_rlvr.module import RLVRModule
+from lightning_rlvr.rewards import OverlongPenalty
+from tests.conftest import REPO
+
+DOC = REPO / "docs" / "methods.md"
+SECTIONS = {  # heading prefix -> the classes whose defaults that section states
+    "The shared objective": [RLVRModule],
+    "GRPO": [GRPOCredit],
+    "Dr. GRPO": [DrGRPOCredit],
+    "DAPO": [DynamicSampling, OverlongPenalty],
+    "SHEAR": [SHEARCredit],
+    "SC-GRPO": [SCGRPOCredit],
+    "HSD": [HSDCredit],
+    "HP-RLVR": [HPRLVRCredit],
+    "RREDCoT": [RREDCoTCredit],
+}
+METHOD_FILES = ["grpo", "dr_grpo", "shear", "sc_grpo", "hsd", "hp_rlvr", "rredcot"]
+ASSIGNMENT = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\[[^\]]*\]|[^,`)\s]+)')
+
+
+def sections() -> dict[str, str]:
+    parts = re.split(r"^## ", DOC.read_text(), flags=re.M)
+    return {p.split("\n", 1)[0]: p for p in parts[1:]}
+
+
+def stated_defaults(text: str) -> list[tuple[str, object]]:
+    """Every ``name=value`` inside a code span of ``text``, the value evaluated as Python."""
+    out = []
+    for span in re.findall(r"`([^`]+)`", text, flags=re.S):
+        for name, value in ASSIGNMENT.findall(span):
+            out.append((name, eval(value, {"__builtins__": {}})))  # literals and 2**24 only
+    return out
+
+
+def actual_default(classes: list[type], name: str):
+    for cls in classes:
+        params = inspect.signature(cls.__init__).parameters
+        if name in params:
+            default = params[name].default
+            return getattr(cls(), name) if default is None else default  # None = "use the module constant"
+    raise AssertionError(f"{name} is not an argument of {[c.__name__ for c in classes]}")
+
+
+@pytest.mark.parametrize("heading", sorted(SECTIONS))
+def test_every_stated_default_is_the_constructor_default(heading):
+    (text,) = [t for h, t in sections().items() if h.split(" (")[0] == heading]
+    stated = stated_defaults(text)
+    assert stated, f"section {heading} states no defaults"
+    for name, value in stated:
+        assert actual_default(SECTIONS[heading], name) == value, (heading, name)
+
+
+def test_every_method_has_a_section_with_provenance_tags_and_a_place_for_later_ones():
+    found = sections()
+    for heading in SECTIONS:
+        assert any(h.split(" (")[0] == heading for h in found), heading
+    for heading in ("SHEAR", "SC-GRPO", "HSD", "HP-RLVR", "RREDCoT", "DAPO"):
+        (text,) = [t for h, t in found.items() if h.split(" (")[0] == heading]
+        assert "[proposed]" in text and re.search(r"\[(paper|summary|abstract)\]", text), heading
+    assert list(found)[-1] == "Baselines added later"
+
+
+def test_docs_and_method_files_stand_alone():
+    for name in METHOD_FILES:
+        doc = importlib.import_module(f"lightning_rlvr.credit.{name}").__doc__
+        assert "docs/methods.md" in doc, name
+    assert "docs/methods.md" in importlib.import_module("lightning_rlvr.dynamic_sampling").__doc__
+    paths = [
+        REPO / "README.md",
+        DOC,
+        *(REPO / "lightning_rlvr").rglob("*.py"),
+        *(REPO / "configs").rglob("*.yaml"),
+    ]
+    for path in paths:
+        text = path.read_text()
+        assert "METHODS.md" not in text and "../shared" not in text and "/work/shared" not in text, path
+    assert "docs/methods.md" in (REPO / "README.md").read_text()
