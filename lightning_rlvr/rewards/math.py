@@ -34,7 +34,7 @@ _ANSWER_TAIL = re.compile(r"(?:####|answer\s*(?:is)?\s*:)", re.IGNORECASE)
 _TIMEOUT_S = 5
 # A number as written: ``1,000,000`` (thousands groups of exactly three digits), ``12``, ``0.5``, ``.5``.
 _NUM = r"(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+)(?:\.\d+)?|\.\d+"
-_NUMBER = re.compile(rf"(?<![\d.,])(?:{_NUM})")
+_NUMBER = re.compile(rf"(?<![\d.])(?:{_NUM})")
 _THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
 # A list of numbers, optionally bracketed: ``3, 5``, ``(1, -2)``, ``[0, 1]``; numbers are atomic so that
 # ``1,000`` stays one number and never becomes the list ``1, 000``.
