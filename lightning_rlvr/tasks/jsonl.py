@@ -7,8 +7,9 @@ when the task is built: a row with a missing or empty answer is an error that na
 file, the row and the field, before any training starts.
 
 The exact-match verifier compares the completion's answer (after ``answer:``, else its
-last number) with the reference, ignoring case, spaces, a trailing period and thousands
-separators; a comma between other numbers is kept, so ``1, 5`` never equals ``15``.
+last number, or the list that number ends) with the reference, ignoring case, spaces, a
+trailing period and thousands separators; a comma between other numbers is kept, so
+``1, 5`` never equals ``15``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import re
 
 from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.rewards.math import drop_thousands_separators
+from lightning_rlvr.rewards.math import drop_thousands_separators, trailing_list
 from lightning_rlvr.tasks.base import Problem, Task, Verdict
 from lightning_rlvr.tasks.files import read_rows
 
@@ -33,12 +34,13 @@ def normalise_answer(text: str) -> str:
 
 
 def last_answer(completion: str) -> str | None:
-    """The text after the last ``answer:`` if present, else the last number in the completion."""
+    """The text after the last ``answer:`` if present, else the last number in the completion (the whole
+    list when that number ends one: ``2, 3, 5`` is not the answer ``5``)."""
     if "answer:" in completion:
         tail = completion.rsplit("answer:", 1)[1].strip()
         return tail.splitlines()[0] if tail else None
     numbers = _NUMBER.findall(completion)
-    return numbers[-1] if numbers else None
+    return (trailing_list(completion) or numbers[-1]) if numbers else None
 
 
 def load_rows(path: str, fields: list[str]) -> list[dict]:
