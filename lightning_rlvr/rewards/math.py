@@ -33,12 +33,15 @@ _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_TAIL = re.compile(r"(?:####|answer\s*(?:is)?\s*:)", re.IGNORECASE)
 _TIMEOUT_S = 5
 # A number as written: ``1,000,000`` (thousands groups of exactly three digits), ``12``, ``0.5``, ``.5``.
-_NUM = r"(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+)(?:\.\d+)?|\.\d+"
-_NUMBER = re.compile(rf"(?<![\d.])(?:{_NUM})")
+# Digits followed by a thousands group are never a number of their own, so ``1,000`` can not be read as
+# the list ``1, 000``.
+NUMBER_PATTERN = r"(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+(?!,\d{3}(?![\d,])))(?:\.\d+)?|\.\d+"
+_NUMBER = re.compile(rf"(?<![\d.])(?:{NUMBER_PATTERN})")
 _THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
-# A list of numbers, optionally bracketed: ``3, 5``, ``(1, -2)``, ``[0, 1]``; numbers are atomic so that
-# ``1,000`` stays one number and never becomes the list ``1, 000``.
-_LIST = re.compile(rf"(?:[(\[{{]\s*|(?<![\d.,]))-?(?>{_NUM})(?:\s*,\s*-?(?>{_NUM}))+(?:\s*[)\]}}])?")
+# A list of numbers, optionally bracketed: ``3, 5``, ``(1, -2)``, ``[0, 1]``.
+_LIST = re.compile(
+    rf"(?:[(\[{{]\s*|(?<![\d.,]))-?(?:{NUMBER_PATTERN})(?:\s*,\s*-?(?:{NUMBER_PATTERN}))+(?:\s*[)\]}}])?"
+)
 # Words (two letters or more, not a LaTeX command) that are not names of math functions or constants.
 _WORD = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
 _MATH_WORDS = frozenset(

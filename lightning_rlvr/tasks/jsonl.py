@@ -17,12 +17,11 @@ from __future__ import annotations
 import re
 
 from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.rewards.math import drop_thousands_separators, trailing_list
+from lightning_rlvr.rewards.math import NUMBER_PATTERN, drop_thousands_separators, trailing_list
 from lightning_rlvr.tasks.base import Problem, Task, Verdict
 from lightning_rlvr.tasks.files import read_rows
 
-# a number as written: ``-1,234.5`` (thousands groups of exactly three digits), ``12``, ``0.5``
-_NUMBER = re.compile(r"(?<![\d.])-?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+)(?:\.\d+)?")
+_NUMBER = re.compile(rf"(?<![\d.])-?(?:{NUMBER_PATTERN})")  # ``-1,234.5``, ``12``, ``0.5``
 
 
 def normalise_answer(text: str) -> str:
