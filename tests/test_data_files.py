@@ -50,6 +50,17 @@ def test_jsonl_strings_stay_as_written_and_numbers_keep_their_digits(tmp_path):
     assert answers(numbers) == written  # 4 stays 4 even next to 4.5; no 4.0, no 1000.0
 
 
+def test_jsonl_lines_end_only_at_newlines(tmp_path):
+    f = tmp_path / "rows.jsonl"
+    answers_written = ["a\u2028b", "c\u2029d", "e\x0bf", "g\x85h", "i\r\nj"]
+    f.write_bytes(
+        "".join(
+            json.dumps({"question": "q", "answer": a}, ensure_ascii=False) + "\r\n" for a in answers_written
+        ).encode()
+    )
+    assert answers(f) == answers_written
+
+
 def test_json_list_of_rows_and_json_columns(tmp_path):
     rows = tmp_path / "rows.json"
     rows.write_text(

@@ -127,13 +127,13 @@ def _object_rows(path: str, items: list, where: str) -> list[dict]:
 
 def _read_jsonl(path: str, text: str) -> list[dict]:
     rows = []
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(text.split("\n"), start=1):  # not splitlines: U+2028 may sit inside a string
         if not line.strip():
             continue
         try:
             rows.append(_json_loads(line))
         except json.JSONDecodeError as err:
-            raise RLVRError(f"{path}: line {n} is not valid JSON ({err.msg}, column {err.colno})") from None
+            raise RLVRError(f"{path}: line {n} is not valid JSON (column {err.colno}: {err.msg})") from None
         _object_rows(path, rows[-1:], f"line {n}")
     return rows
 
@@ -145,7 +145,7 @@ def _read_json(path: str, text: str) -> list[dict]:
         if err.msg == "Extra data":  # one object per line in a .json file: read it as JSON lines
             return _read_jsonl(path, text)
         raise RLVRError(
-            f"{path}: not valid JSON at line {err.lineno}, column {err.colno} ({err.msg})"
+            f"{path}: not valid JSON at line {err.lineno} (column {err.colno}: {err.msg})"
         ) from None
     if isinstance(data, list):
         return _object_rows(path, data, "row {i}")
