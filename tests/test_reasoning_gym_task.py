@@ -60,3 +60,55 @@ def test_answer_extraction():
     assert extract_answer("a <answer>1</answer> b <answer> 2 </answer>") == "2"
     assert extract_answer("so answer: 7\nmore") == "7"
     assert extract_answer("nothing") is None
+
+
+def test_multi_line_answer_extraction():
+    grid = "1 2 3\n4 5 6\n7 8 9"
+    assert extract_answer(f"<answer>{grid}</answer>") == grid
+    assert extract_answer(f"so\n<answer>\n\n{grid}\n\n</answer> done") == grid
+    assert (
+        extract_answer("<answer>\n1 2 3  \n4 5 6\t\n7 8 9 \n</answer>") == grid
+    )  # spaces at line ends dropped
+    assert extract_answer(f"<answer>0</answer> then <answer>{grid}</answer>") == grid
+    assert extract_answer(f"answer:\n{grid}\nHope this helps.", lines=3) == grid
+    assert extract_answer(f"Answer: {grid}", lines=3) == grid
+    assert extract_answer("answer:\n\n1 2 3\n\n4 5 6\n7 8 9\nmore", lines=3) == grid  # blank lines skipped
+    assert extract_answer(f"answer: {grid}") == "1 2 3"  # a one-line reference takes one line
+    assert extract_answer("answer:\n1 2 3", lines=3) == "1 2 3"
+
+
+@pytest.mark.parametrize("name", ["rotate_matrix", "mini_sudoku", "manipulate_matrix", "binary_matrix"])
+def test_grid_answers_are_scored_whole(name):
+    task = ReasoningGymTask(name, seed=1)
+    grids = [p for p in map(lambda i: task.problem("train", i), range(20)) if "\n" in p.answer][:3]
+    assert len(grids) == 3
+    for p in grids:
+        rows = p.answer.splitlines()
+        assert task.check(p.solution, p).reward == 1.0
+        assert task.check(f"Thinking...\n<answer>\n{p.answer}\n</answer>", p).reward == 1.0
+        assert task.check(f"Thinking...\nAnswer:\n{p.answer}\nThat is all.", p).reward == 1.0
+        spaced = "\n".join(r + "  " for r in rows)
+        assert task.check(f"<answer>{spaced}</answer>", p).reward == 1.0
+        assert task.check(f"<answer>{rows[0]}</answer>", p).reward < 1.0
+        assert task.check(f"answer: {rows[0]}", p).reward < 1.0
+        wrong = "\n".join(rows[:-1] + [rows[-1][::-1] + " x"])
+        assert task.check(f"<answer>{wrong}</answer>", p).reward < 1.0
+
+
+def test_pool_size_respects_each_datasets_limits():
+    assert ReasoningGymTask("leg_counting").pool_size == 1_000_000
+    ladder = ReasoningGymTask("word_ladder", seed=2)  # its config rejects sizes above 20,000
+    assert ladder.pool_size == 20_000 and len(ladder.dataset) == 20_000
+    p = ladder.problem("train", 0)
+    assert ladder.check(p.solution, p).reward == 1.0
+    assert ReasoningGymTask("word_ladder", pool_size=300).pool_size == 300
+    with pytest.raises(RLVRError, match="'word_ladder' allows pool_size at most 20000, got 20001"):
+        ReasoningGymTask("word_ladder", pool_size=20_001)
+    acre = ReasoningGymTask("acre")  # builds every item up front: its own default size
+    assert acre.pool_size == 500
+    p = acre.problem("test", 0)
+    assert acre.check(p.solution, p).reward == 1.0
+    with pytest.raises(RLVRError, match="pool_size must be at least 1"):
+        ReasoningGymTask("leg_counting", pool_size=0)
+    with pytest.raises(RLVRError, match="rejected config"):  # a config error is not mistaken for a size limit
+        ReasoningGymTask("word_ladder", {"max_word_length": 9})

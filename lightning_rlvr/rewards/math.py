@@ -3,11 +3,21 @@
 ``reference_answer`` turns a dataset's answer cell into the final answer
 (GSM8K's ``... #### 42`` keeps ``42``; a MATH solution keeps its last
 ``\\boxed{...}``). ``completion_answer`` finds the answer a model gave: its
-last ``\\boxed{}``, else the text after its last ``####`` or ``answer:``,
-else whatever ``math-verify`` extracts from the whole completion.
+last ``\\boxed{}``, else the text after its last ``####`` or ``answer:``.
 ``math_equal`` then compares the two symbolically (``0.5``, ``1/2`` and
-``\\frac{1}{2}`` are equal; ``2`` and ``3`` are not), with a plain string
+``\\frac{1}{2}`` are equal; ``2`` and ``3`` are not), with a normalised string
 comparison as the fallback for answers sympy cannot parse.
+
+Answers with several parts are compared whole. An answer is read as LaTeX
+(``math-verify``'s LaTeX parser keeps ``(1, 5)`` an open interval / ordered pair,
+``[1, 5]`` a closed interval, ``\\{1, 2\\}`` and a bare ``1, 5`` unordered sets, and
+``1,000`` one thousand). ``math-verify``'s plain-text parser keeps only the last
+number it sees, so it is used for one case only: a single number among words
+(``18 dollars``). An answer of words without numbers (``\\text{Monday}``) is compared
+as a string: the LaTeX parser would read ``Monday`` as a product of the letters,
+which equals any anagram. A completion without a marker is read by ``math-verify``
+from the free text, except that when its last number ends a list (``... 3, 5``)
+the whole list is the answer (the free-text parser would keep the ``5``).
 
 ``math-verify`` bounds its parsing time with ``signal.alarm``, which only
 works on the main thread; off the main thread the bound is dropped rather than
@@ -21,8 +31,24 @@ import threading
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_TAIL = re.compile(r"(?:####|answer\s*(?:is)?\s*:)", re.IGNORECASE)
-_LATEX_HINT = re.compile(r"[\\^_{}]")
 _TIMEOUT_S = 5
+# A number as written: ``1,000,000`` (thousands groups of exactly three digits), ``12``, ``0.5``, ``.5``.
+# Digits followed by a thousands group are never a number of their own, so ``1,000`` can not be read as
+# the list ``1, 000``.
+NUMBER_PATTERN = r"(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+(?!,\d{3}(?![\d,])))(?:\.\d+)?|\.\d+"
+_NUMBER = re.compile(rf"(?<![\d.])(?:{NUMBER_PATTERN})")
+_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
+# A list of numbers, optionally bracketed: ``3, 5``, ``(1, -2)``, ``[0, 1]``.
+_LIST = re.compile(
+    rf"(?:[(\[{{]\s*|(?<![\d.,]))-?(?:{NUMBER_PATTERN})(?:\s*,\s*-?(?:{NUMBER_PATTERN}))+(?:\s*[)\]}}])?"
+)
+# Words (two letters or more, not a LaTeX command) that are not names of math functions or constants.
+_WORD = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
+_MATH_WORDS = frozenset(
+    "sqrt pi sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh log ln exp lg infty inf "
+    "max min gcd lcm mod det deg".split()
+)
+_TEXT_MACRO = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
 
 
 def _timeout() -> int | None:
@@ -47,11 +73,16 @@ def _clean(text: str) -> str:
     return text.rstrip(".").strip()
 
 
+def drop_thousands_separators(text: str) -> str:
+    """``1,234,567`` -> ``1234567``; commas between other numbers (``1, 5``, ``1,5``, ``1,0000``) are kept."""
+    return _THOUSANDS.sub(lambda m: m.group().replace(",", ""), text)
+
+
 def reference_answer(text: str) -> str:
     """The final answer inside a dataset's answer cell (GSM8K ``#### 42``, a MATH ``\\boxed{}``, or as is)."""
     text = str(text)
     if "####" in text:
-        return _clean(text.rsplit("####", 1)[1]).replace(",", "")
+        return drop_thousands_separators(_clean(text.rsplit("####", 1)[1]))
     boxed = last_boxed(text)
     return _clean(boxed if boxed is not None else text)
 
@@ -69,10 +100,28 @@ def completion_answer(completion: str) -> str | None:
     return None
 
 
+def trailing_list(completion: str) -> str | None:
+    """The list of numbers (``3, 5``, ``(1, 5)``) that holds the completion's last number, if any."""
+    numbers = list(_NUMBER.finditer(completion))
+    lists = list(_LIST.finditer(completion))
+    if numbers and lists and lists[-1].start() <= numbers[-1].start() < lists[-1].end():
+        return lists[-1].group().strip()
+    return None
+
+
 def _parse(text: str) -> list:
+    """``math-verify``'s reading of one answer, or [] to compare it as a string (see the module)."""
     from math_verify import parse
 
-    attempts = [f"${text}$", text] if _LATEX_HINT.search(text) else [text, f"${text}$"]
+    n_numbers = len(_NUMBER.findall(text))
+    words = [w for w in _WORD.findall(text) if w.lower() not in _MATH_WORDS]
+    if words and n_numbers == 0:
+        return []  # text: the LaTeX parser would read the letters as a product of variables
+    if words and n_numbers == 1:
+        attempts = [text, f"${text}$"]  # one number with units or words: the plain parser reads the number
+    else:
+        # the plain-text parser keeps only the last number, so it is a fallback for single numbers only
+        attempts = [f"${text}$"] + ([text] if n_numbers <= 1 else [])
     for attempt in attempts:
         parsed = parse(attempt, parsing_timeout=_timeout())
         if parsed:
@@ -81,7 +130,11 @@ def _parse(text: str) -> list:
 
 
 def _normalise(text: str) -> str:
-    return re.sub(r"\s+", "", text).replace(",", "").replace("\\!", "").lower()
+    """Text for the string comparison: no ``\\text{}`` wrappers, thousands separators, ``$``, ``\\!`` or case;
+    spaces are dropped except between two digits (``1 5`` must not become ``15``)."""
+    text = drop_thousands_separators(_TEXT_MACRO.sub(r"\1", _clean(text)))
+    text = re.sub(r"\s+", " ", text.replace("\\!", "").replace("$", "")).strip()
+    return re.sub(r"(?<!\d) | (?!\d)", "", text).lower()
 
 
 def math_equal(predicted: str, reference: str) -> bool:
@@ -98,6 +151,8 @@ def math_reward(completion: str, reference: str) -> tuple[float, str]:
     """``(reward, feedback)`` for a completion against a dataset answer cell."""
     gold = reference_answer(reference)
     got = completion_answer(completion)
+    if got is None:
+        got = trailing_list(completion)
     if got is None:  # no marker: let math-verify pick the answer out of the free text
         from math_verify import parse, verify
 

@@ -1,58 +1,56 @@
-"""Question/answer rows from local JSONL, JSON, CSV or parquet files through ``datasets``.
+"""Question/answer rows from local JSONL, JSON, CSV or parquet files, every cell as written.
 
 The column mapping is configuration, so GSM8K- or MATH-shaped files load
-without conversion. Every row is checked when the task is built: a row with a
-missing or empty answer is an error that names the file and the row, before
-any training starts.
+without conversion. Cells are read as the text in the file (``lightning_rlvr.tasks.files``:
+``007`` stays ``007``, ``4`` stays ``4``, ``None`` stays a string). Every row is checked
+when the task is built: a row with a missing or empty answer is an error that names the
+file, the row and the field, before any training starts.
+
+The exact-match verifier compares the completion's answer (after ``answer:``, else its
+last number, or the list that number ends) with the reference, ignoring case, spaces, a
+trailing period and thousands separators; a comma between other numbers is kept, so
+``1, 5`` never equals ``15``.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.rewards.math import NUMBER_PATTERN, drop_thousands_separators, trailing_list
 from lightning_rlvr.tasks.base import Problem, Task, Verdict
+from lightning_rlvr.tasks.files import read_rows
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+_NUMBER = re.compile(rf"(?<![\d.])-?(?:{NUMBER_PATTERN})")  # ``-1,234.5``, ``12``, ``0.5``
 
 
 def normalise_answer(text: str) -> str:
-    """Strip spaces, thousands separators, a trailing period and ``####``-style prefixes."""
-    text = text.strip().split("####")[-1].strip().rstrip(".")
-    return text.replace(",", "").replace(" ", "").lower()
+    """Strip case, a trailing period, ``####``-style prefixes, thousands separators, and spaces
+    except between two digits (``1 5`` and ``1, 5`` stay apart from ``15``)."""
+    text = drop_thousands_separators(text.strip().split("####")[-1].strip().rstrip("."))
+    text = re.sub(r"\s+", " ", text)
+    return re.sub(r"(?<!\d) | (?!\d)", "", text).lower()
 
 
 def last_answer(completion: str) -> str | None:
-    """The text after the last ``answer:`` if present, else the last number in the completion."""
+    """The text after the last ``answer:`` if present, else the last number in the completion (the whole
+    list when that number ends one: ``2, 3, 5`` is not the answer ``5``)."""
     if "answer:" in completion:
         tail = completion.rsplit("answer:", 1)[1].strip()
         return tail.splitlines()[0] if tail else None
     numbers = _NUMBER.findall(completion)
-    return numbers[-1] if numbers else None
+    return (trailing_list(completion) or numbers[-1]) if numbers else None
 
 
 def load_rows(path: str, fields: list[str]) -> list[dict]:
-    """Rows of a local file with the given fields, each checked to be present and non-empty."""
-    from datasets import load_dataset
-
-    file = Path(path)
-    if not file.is_file():
-        raise RLVRError(f"data file not found: {path}")
-    fmt = _FORMATS.get(file.suffix)
-    if fmt is None:
-        raise RLVRError(f"{path}: unsupported extension {file.suffix!r}; use one of {sorted(_FORMATS)}")
-    try:
-        rows = load_dataset(fmt, data_files=str(file), split="train")
-    except Exception as err:  # noqa: BLE001 - surface as a data error naming the file
-        raise RLVRError(f"{path}: could not be read as {fmt}: {err}") from err
-    missing = [f for f in fields if f not in rows.column_names]
+    """Rows of a local file (cells as written) with the given fields, each present and non-empty."""
+    rows = read_rows(path)
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    missing = [f for f in fields if f not in columns]
     if missing:
-        raise RLVRError(f"{path}: no column {missing[0]!r} (columns: {rows.column_names})")
-    out = list(rows)
-    check_rows(path, out, fields)
-    return out
+        raise RLVRError(f"{path}: no column {missing[0]!r} in any row (columns: {columns})")
+    check_rows(path, rows, fields)
+    return rows
 
 
 def check_rows(path: str, rows: list[dict], fields: list[str], value=lambda field, cell: cell) -> None:

@@ -7,7 +7,9 @@ the final answer inside the answer cell (``lightning_rlvr.rewards.math.reference
 a row whose final answer is missing or empty is an error naming the file and row.
 A completion earns reward 1 when its answer (last ``\\boxed{}``, else after
 ``####`` / ``answer:``, else what ``math-verify`` finds) equals the reference
-symbolically: ``0.5``, ``1/2`` and ``\\frac{1}{2}`` all match.
+symbolically: ``0.5``, ``1/2`` and ``\\frac{1}{2}`` all match. Answers with several parts are
+compared whole: ``(1, 5)`` is not ``(3, 5)``, ``[1, 5]`` is not ``(1, 5)``, ``2, 3, 5`` is not
+``3, 5``, while the sets ``5, 3`` and ``\\{3, 5\\}`` equal ``3, 5``.
 """
 
 from __future__ import annotations

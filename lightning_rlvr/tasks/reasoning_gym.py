@@ -10,8 +10,21 @@ endless stream. (Separate seeds per split would not do: most datasets seed item
 ``j`` with ``seed + j``, so seed 1 is seed 0 shifted by one.)
 
 A completion's answer is its last ``<answer>...</answer>`` (reasoning-gym's
-convention), else the text after its last ``answer:``; the dataset's own
-``score_answer`` gives the reward (some datasets give partial credit).
+convention, and the cue of the default prompt), else the text after its last
+``answer:``; the dataset's own ``score_answer`` gives the reward (some datasets give
+partial credit). Many answers span several lines (the grids of ``rotate_matrix``,
+``mini_sudoku``, ``rearc``): the tag keeps all of them, and after ``answer:`` the answer
+is as many non-blank lines as the reference has. Outer blank lines and spaces at line
+ends are dropped (they are layout, not answer; ``score_answer`` would count them).
+
+Pool size. Problems are drawn from the first ``pool_size`` items of the stream.
+By default that is 1,000,000 items, capped by the dataset's own limits: a dataset
+whose config accepts fewer (``word_ladder`` allows at most 20,000) gets the largest
+size its config accepts, found by bisecting the config's own ``validate``; a dataset
+that generates every item when it is built instead of on access (``acre``, about a
+millisecond an item, so a million items would take minutes) gets its config's default
+size (500). An explicit ``pool_size`` is used as given; one the dataset rejects is an
+error that says the largest allowed.
 """
 
 from __future__ import annotations
@@ -23,19 +36,51 @@ from typing import Any
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.tasks.base import SPLITS, Problem, Task, Verdict, split_of
 
-_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
+_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_CUE = re.compile(r"answer:", re.IGNORECASE)
 DEFAULT_TEMPLATE = "{question}\nGive your final answer as <answer>...</answer>.\n"
+DEFAULT_POOL_SIZE = 1_000_000
+# Datasets that generate all their items when built (measured with reasoning-gym 0.1.25: every other
+# dataset builds a million-item pool in under 2 s); their default pool is their config's default size.
+EAGER_DATASETS = frozenset({"acre"})
 
 
-def extract_answer(completion: str) -> str | None:
-    """The last ``<answer>...</answer>`` content, else the line after the last ``answer:``, else None."""
+def _tidy(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+
+def extract_answer(completion: str, lines: int = 1) -> str | None:
+    """The last ``<answer>...</answer>`` content (all its lines), else the first ``lines`` non-blank lines
+    after the last ``answer:``, else None."""
     tags = _TAG.findall(completion)
     if tags:
-        return tags[-1].strip()
-    if "answer:" in completion:
-        tail = completion.rsplit("answer:", 1)[1].strip()
-        return tail.splitlines()[0].strip() if tail else None
+        return _tidy(tags[-1])
+    cues = list(_CUE.finditer(completion))
+    if cues:
+        tail = [line for line in completion[cues[-1].end() :].splitlines() if line.strip()]
+        return _tidy("\n".join(tail[:lines])) or None
     return None
+
+
+def _largest_valid_size(config_cls: type, config: dict[str, Any], seed: int, wanted: int) -> int:
+    """The largest ``size <= wanted`` that the dataset's config accepts (its ``validate``), or ``wanted``."""
+
+    def ok(size: int) -> bool:
+        try:
+            cfg = config_cls(**config, seed=seed, size=size)
+            if hasattr(cfg, "validate"):
+                cfg.validate()
+        except (TypeError, ValueError, AssertionError):
+            return False
+        return True
+
+    if ok(wanted) or not ok(1):  # no size limit, or a config problem that the build will report
+        return wanted
+    lo, hi = 1, wanted  # ok(lo), not ok(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
 
 
 class ReasoningGymTask(Task):
@@ -46,7 +91,8 @@ class ReasoningGymTask(Task):
         config: the dataset's config fields, e.g. ``{min_animals: 1, max_animals: 3}``.
         seed: fixes the item stream and the split assignment.
         test_fraction: share of questions reserved for ``test`` (the same again for ``val``).
-        pool_size: items of the stream that problems are drawn from (the dataset's ``size``).
+        pool_size: items of the stream that problems are drawn from (the dataset's ``size``); None: as
+            many as the dataset allows, at most 1,000,000 (see the module).
         template: how a question becomes a prompt; ``{question}`` is replaced.
         max_draws: draws per problem before giving up (a dataset with too few distinct questions
             for a split).
@@ -58,7 +104,7 @@ class ReasoningGymTask(Task):
         config: dict[str, Any] | None = None,
         seed: int = 0,
         test_fraction: float = 0.1,
-        pool_size: int = 1_000_000,
+        pool_size: int | None = None,
         template: str = DEFAULT_TEMPLATE,
         max_draws: int = 1000,
     ) -> None:
@@ -70,9 +116,22 @@ class ReasoningGymTask(Task):
         if not 0 < test_fraction < 0.5:
             raise ValueError("test_fraction must be in (0, 0.5)")
         self.name, self.config, self.seed = name, dict(config or {}), seed
-        self.test_fraction, self.pool_size, self.template, self.max_draws = (
-            test_fraction, pool_size, template, max_draws,
-        )  # fmt: skip
+        self.test_fraction, self.template, self.max_draws = test_fraction, template, max_draws
+        config_cls = DATASETS[name][1]
+        if pool_size is None:
+            default = getattr(config_cls, "size", DEFAULT_POOL_SIZE)
+            wanted = default if name in EAGER_DATASETS else DEFAULT_POOL_SIZE
+            pool_size = _largest_valid_size(config_cls, self.config, seed, wanted)
+        elif pool_size < 1:
+            raise RLVRError(f"reasoning-gym {name!r}: pool_size must be at least 1, got {pool_size}")
+        else:
+            allowed = _largest_valid_size(config_cls, self.config, seed, pool_size)
+            if allowed < pool_size:
+                raise RLVRError(
+                    f"reasoning-gym {name!r} allows pool_size at most {allowed}, got {pool_size}; "
+                    f"set pool_size <= {allowed} (or leave it unset)"
+                )
+        self.pool_size = pool_size
         try:
             self.dataset = reasoning_gym.create_dataset(name, **self.config, seed=seed, size=pool_size)
         except (TypeError, ValueError, AssertionError) as err:
@@ -87,7 +146,10 @@ class ReasoningGymTask(Task):
         rng = random.Random(f"{self.seed}:{split}:{index}")
         for _ in range(self.max_draws):
             j = rng.randrange(self.pool_size)
-            entry = self.dataset[j]
+            try:
+                entry = self.dataset[j]
+            except IndexError:  # a dataset that ran out of distinct items (word_ladder): draw again
+                continue
             if self.split_of(entry["question"]) == split:
                 return Problem(
                     prompt=self.template.format(question=entry["question"]),
@@ -104,7 +166,7 @@ class ReasoningGymTask(Task):
         return None
 
     def check(self, completion: str, problem: Problem) -> Verdict:
-        got = extract_answer(completion)
+        got = extract_answer(completion, lines=len(problem.answer.strip().splitlines()) or 1)
         if got is None:
             return Verdict(0.0, "no <answer> found")
         reward = float(self.dataset.score_answer(got, problem.meta["entry"]))
