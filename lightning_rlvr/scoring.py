@@ -276,6 +276,11 @@ class TeacherScorer(Scorer):
     def _student(self, rows: Tensor) -> Tensor:
         return _scoring(Scorer._student)(self.policy_scorer, rows)  # the policy in eval mode, no grad
 
+    def _idle_forward(self) -> None:
+        super()._idle_forward()  # the teacher
+        if self.policy_scorer._student_logp is None:  # ranks that score views also run the policy
+            _scoring(Scorer._idle_forward)(self.policy_scorer)
+
     def compare(self, *args, **kwargs) -> Tensor:
         before = self.forward_tokens
         out = super().compare(*args, **kwargs)

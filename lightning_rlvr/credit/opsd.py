@@ -137,6 +137,7 @@ class OPSDCredit(CreditAssigner):
         def div_and_teacher(teacher: Tensor, student: Tensor) -> Tensor:  # [m, S, V] x2 -> [m, S, 1 + V]
             return torch.cat([self.divergence_fn(student, teacher)[..., None], teacher], dim=-1)
 
+        scorer.policy()  # the student side, on every rank (FSDP: all ranks run the same forwards)
         teacher = self.teacher_scorer(scorer)
         both = SelfConditionedCredit.teacher_scores(
             teacher, rollout, rows, [self.teacher_template] * len(rows), [None] * len(rows), div_and_teacher
