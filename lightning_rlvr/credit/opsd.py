@@ -31,6 +31,7 @@ is the same loss with a separate frozen teacher model.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -71,6 +72,41 @@ def distill_divergence(
     if kind == "reverse_kl":
         return reverse_kl(student_logp, teacher_logp, floor)
     return generalized_jsd(teacher_logp.clamp(min=floor), student_logp.clamp(min=floor), beta)
+
+
+def teacher_token_loss(
+    rollout: Rollout, rows: list[int], teacher: Tensor, per_token: Callable[[Tensor, Tensor], Tensor]
+) -> TokenLoss:
+    """A ``Credit.token_loss`` distilling rows ``rows`` towards fixed teacher log-probs [N, T, V].
+
+    ``per_token(student_logp, teacher_logp)`` ([k, T, V] x2 -> [k, T]) is the weighted divergence;
+    the closure keeps only the distilled rows' teacher distributions (uniform beyond each
+    completion, where the completion mask zeroes the term anyway) and returns it masked, [m, T],
+    with 0 for rows without the term.
+    """
+    N, T, V = teacher.shape
+    lengths = rollout.lengths.to(teacher.device)
+    index = torch.as_tensor(rows, device=teacher.device)
+    store = teacher[index].clone()  # [n, T, V]
+    beyond = torch.arange(T, device=teacher.device)[None] >= lengths[index][:, None]  # [n, T]
+    store[beyond] = -math.log(V)
+    slot = torch.full((N,), -1, dtype=torch.long, device=store.device)
+    slot[index] = torch.arange(len(rows), device=store.device)
+    completion_mask = rollout.completion_mask
+
+    def token_loss(logits: Tensor, batch: Tensor) -> Tensor:
+        out = torch.zeros(logits.shape[:2], device=logits.device)  # [m, T]
+        where = slot[batch.to(slot.device)].to(logits.device)  # [m]
+        has = where >= 0
+        if not bool(has.any()):
+            return out
+        student = F.log_softmax(logits[has].float(), dim=-1)  # [k, T, V] with grad
+        target = store[where[has].to(store.device)].to(student.device)  # [k, T, V] constant
+        m = completion_mask[batch[has].to(completion_mask.device)].to(student.device).float()
+        out[has] = per_token(student, target) * m
+        return out
+
+    return token_loss
 
 
 class OPSDCredit(CreditAssigner):
@@ -143,7 +179,10 @@ class OPSDCredit(CreditAssigner):
             teacher, rollout, rows, [self.teacher_template] * len(rows), [None] * len(rows), div_and_teacher
         )  # [N, T, 1 + V] (or [N, T] zeros when no row is distilled)
         div = both[..., 0] if both.dim() == 3 else both  # [N, T] at rollout time
-        token_loss = self._token_loss(rollout, rows, both[..., 1:], lengths) if rows else None
+        token_loss = None
+        if rows:
+            coef, fn = self.distill_coef, self.divergence_fn
+            token_loss = teacher_token_loss(rollout, rows, both[..., 1:], lambda q, p: coef * fn(q, p))
         d = div[span_mask(rollout, rows, [(0, lengths[i]) for i in rows])]
         metrics = {
             "divergence_mean": float(d.mean()) if d.numel() else math.nan,
@@ -151,39 +190,3 @@ class OPSDCredit(CreditAssigner):
             "frac_distilled_rows": len(rows) / max(N, 1),
         }
         return Credit(advantages=adv[:, None] * mask, metrics=metrics, token_loss=token_loss)
-
-    def _token_loss(
-        self, rollout: Rollout, rows: list[int], teacher: Tensor, lengths: list[int]
-    ) -> TokenLoss:
-        """The distillation term over the teacher log-probs [N, T, V] of the distilled ``rows``.
-
-        Keeps only the distilled rows' distributions in the closure (uniform beyond each completion,
-        where the completion mask zeroes the term anyway).
-        """
-        N, T, V = teacher.shape
-        index = torch.as_tensor(rows, device=teacher.device)
-        store = teacher[index].clone()  # [n, T, V]
-        beyond = (
-            torch.arange(T, device=teacher.device)[None]
-            >= torch.as_tensor([lengths[i] for i in rows], device=teacher.device)[:, None]
-        )  # [n, T]
-        store[beyond] = -math.log(V)
-        slot = torch.full((N,), -1, dtype=torch.long, device=store.device)
-        slot[index] = torch.arange(len(rows), device=store.device)
-        completion_mask = rollout.completion_mask
-        coef, fn = self.distill_coef, self.divergence_fn
-
-        def token_loss(logits: Tensor, batch: Tensor) -> Tensor:
-            """distill_coef * D(student, teacher) per token [m, T]; 0 for rows without the term."""
-            out = torch.zeros(logits.shape[:2], device=logits.device)  # [m, T]
-            where = slot[batch.to(slot.device)].to(logits.device)  # [m]
-            has = where >= 0
-            if not bool(has.any()):
-                return out
-            student = F.log_softmax(logits[has].float(), dim=-1)  # [k, T, V] with grad
-            target = store[where[has].to(store.device)].to(student.device)  # [k, T, V] constant
-            m = completion_mask[batch[has].to(completion_mask.device)].to(student.device).float()
-            out[has] = coef * fn(student, target) * m
-            return out
-
-        return token_loss

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import Tensor
 
 from lightning_rlvr.credit.base import Credit, CreditAssigner
 from lightning_rlvr.credit.self_conditioned import quantile
@@ -45,7 +46,7 @@ class TopEntropyCredit(CreditAssigner):
             raise ValueError(f"top_quantile must lie in (0, 1], got {top_quantile}")
         self.top_quantile = top_quantile
 
-    def select(self, entropy, mask):
+    def select(self, entropy: Tensor, mask: Tensor) -> tuple[Tensor, float]:
         """([N, T] bool kept tokens, threshold tau) for entropies [N, T] over the valid ``mask``."""
         valid = mask.bool() & torch.isfinite(entropy)  # a NaN entropy (from -inf logits) is never kept
         values = entropy[valid]
