@@ -257,3 +257,32 @@ class Scorer:
                 n = n_targets[i]
                 results.append(logp[j, logp.shape[1] - n :] if n else logp[j, :0])
         return results
+
+
+class TeacherScorer(Scorer):
+    """``compare`` under another, frozen model (an external teacher) against the policy's own distributions.
+
+    The teacher sees the same rollout and contexts; the ``student_logp`` handed to ``fn`` still comes
+    from ``policy`` (the rollout-time policy, in eval mode and without gradient), so methods such as
+    OPD run the same code as their self-teacher variants. Tokens the teacher runs are added to
+    ``policy.forward_tokens`` (the step's extra forward cost). Vocabularies must match.
+    """
+
+    def __init__(self, teacher, policy: Scorer) -> None:
+        r = policy
+        super().__init__(teacher, r.rollout, r.tokenizer, r.micro_batch_size, r.cache_bytes)
+        self.policy_scorer = policy
+
+    def _student(self, rows: Tensor) -> Tensor:
+        return _scoring(Scorer._student)(self.policy_scorer, rows)  # the policy in eval mode, no grad
+
+    def _idle_forward(self) -> None:
+        super()._idle_forward()  # the teacher
+        if self.policy_scorer._student_logp is None:  # ranks that score views also run the policy
+            _scoring(Scorer._idle_forward)(self.policy_scorer)
+
+    def compare(self, *args, **kwargs) -> Tensor:
+        before = self.forward_tokens
+        out = super().compare(*args, **kwargs)
+        self.policy_scorer.forward_tokens += self.forward_tokens - before
+        return out
