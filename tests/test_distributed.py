@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
+from lightning_rlvr.losses import PPOClip
 from lightning_rlvr.rollout import sample
 from lightning_rlvr.scoring import Scorer
 from tests.conftest import QUICKSTART, REPO, TINY
@@ -99,7 +100,7 @@ def test_lora_reference_is_the_base_model_and_only_adapters_train(tmp_path):
         task=AdditionTask(digits=1),
         policy=policy,
         lora={"r": 4, "lora_alpha": 8, "init_lora_weights": False},  # adapters change outputs from step 0
-        kl_beta=0.1,
+        loss=PPOClip(kl_beta=0.1),
         group_size=4,
         max_new_tokens=12,
         lr=1e-2,

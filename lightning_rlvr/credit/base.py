@@ -14,6 +14,8 @@ states, distributions of the same completion tokens under another context).
 Distillation-style methods return a per-token loss in ``Credit.token_loss``
 (a closure over what ``assign`` computed), which the module applies inside the
 update with gradients on the student's logits; nothing is kept on the assigner.
+The term is masked and aggregated like the policy loss (``loss_agg``) unless
+``Credit.token_loss_agg`` names another aggregation.
 
 A new method is one new file with a subclass and one YAML; the module never
 branches on the method.
@@ -47,6 +49,7 @@ class Credit:
     advantages: Tensor  # [N, T] token advantages (constants in the loss; 0 on padding)
     metrics: dict[str, float] = field(default_factory=dict)  # logged as ``credit/<name>``
     token_loss: TokenLoss | None = None  # distillation-style methods: a per-token loss term
+    token_loss_agg: str | None = None  # its aggregation (``objectives.AGGREGATIONS``); None = the loss's
 
 
 class CreditAssigner(Callback):

@@ -64,7 +64,6 @@ class HSDCredit(SelfConditionedCredit):
         clip: per-token clip of the JSD [proposed: 0.05].
         apply_to: ``failed`` (rollouts that are not correct) or ``all`` [proposed: failed].
         seed: peer-choice generator seed (checkpointed).
-        correct_threshold: reward above which a rollout is a success.
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages for the PG part.
     """
 
@@ -77,10 +76,9 @@ class HSDCredit(SelfConditionedCredit):
         clip: float = 0.05,
         apply_to: Literal["failed", "all"] = "failed",
         seed: int = 0,
-        correct_threshold: float = 0.5,
         scale_by_std: bool = True,
     ) -> None:
-        super().__init__(seed=seed, correct_threshold=correct_threshold, scale_by_std=scale_by_std)
+        super().__init__(seed=seed, scale_by_std=scale_by_std)
         if apply_to not in ("failed", "all"):
             raise ValueError(f"apply_to must be 'failed' or 'all', got {apply_to!r}")
         if not 0.0 < beta < 1.0:

@@ -28,7 +28,7 @@ This module holds what the two share:
     part of the assigner's ``state_dict``, so a resumed run draws the same peers.
 
 ``SelfConditionedCredit``
-    Base class with the sampler, the success test (``reward > correct_threshold``),
+    Base class with the sampler, the success test (the verifier's ``rollout.correct``),
     the group rows, and ``teacher_scores``: builds every view's context and runs
     them all through one ``Scorer.compare`` call (batched in micro-batches).
 
@@ -197,19 +197,19 @@ class SelfConditionedCredit(CreditAssigner):
 
     Args:
         seed: seed of the peer-choice generator (its state is checkpointed).
-        correct_threshold: a rollout counts as correct (a success) when its reward exceeds this.
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
     """
 
-    def __init__(self, seed: int = 0, correct_threshold: float = 0.5, scale_by_std: bool = True) -> None:
+    def __init__(self, seed: int = 0, scale_by_std: bool = True) -> None:
         super().__init__(scale_by_std=scale_by_std)
         self.seed = seed
-        self.correct_threshold = correct_threshold
         self.peers = PeerSampler(seed)
 
     def correct(self, rollout: Rollout) -> list[bool]:
-        """[N] whether each row is a verified success."""
-        return (rollout.rewards > self.correct_threshold).tolist()
+        """[N] whether each row is a verified success (the verifier's verdict, not the shaped reward)."""
+        if rollout.correct is None:
+            raise ValueError("a self-conditioned teacher needs the verifier's verdicts (rollout.correct)")
+        return rollout.correct.tolist()
 
     @staticmethod
     def group_rows(rollout: Rollout) -> list[list[int]]:
