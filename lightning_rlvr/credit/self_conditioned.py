@@ -48,7 +48,7 @@ from torch import Tensor
 
 from lightning_rlvr.credit.base import CreditAssigner
 from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import DivergenceFn, Scorer
+from lightning_rlvr.scoring import DivergenceFn, Scorer, TopK
 
 FIELDS = ("prompt", "reference", "answer")
 _FIELD = re.compile(r"\{(prompt|reference|answer)\}")
@@ -228,19 +228,23 @@ class SelfConditionedCredit(CreditAssigner):
         references: list[int | None],
         fn: DivergenceFn,
         spans: list[tuple[int, int]] | None = None,
-    ) -> Tensor:
+        teacher_top_k: int | None = None,
+    ) -> Tensor | tuple[Tensor, TopK]:
         """``fn(teacher, student)`` at the completion tokens of every view, in one ``compare`` call.
 
         View ``v`` scores row ``rows[v]`` under ``templates[v]`` filled with peer
-        ``references[v]``. Returns [N, T] (0 where no view covers a token).
+        ``references[v]``. Returns [N, T] (0 where no view covers a token); with
+        ``teacher_top_k`` also the teacher's sparse distributions (``Scorer.compare``).
         """
         N, T = rollout.completion_ids.shape
-        if not rows:
+        if not rows and teacher_top_k is None:
             return torch.zeros(N, T, device=rollout.completion_ids.device)
         cache: dict[str, Tensor] = {}
         contexts = [
             tpl.build(scorer, rollout, i, ref, cache) for i, tpl, ref in zip(rows, templates, references)
         ]
+        if teacher_top_k is not None:
+            return scorer.compare(contexts, rows, fn, spans, teacher_top_k=teacher_top_k)
         return scorer.compare(contexts, rows, fn, spans)
 
     def state_dict(self) -> dict:
