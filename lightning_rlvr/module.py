@@ -36,7 +36,7 @@ import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit, CreditAssigner
+from lightning_rlvr.credit.base import Credit, CreditAssigner, rank_state
 from lightning_rlvr.credit.grpo import GRPOCredit
 from lightning_rlvr.distributed import all_sum, any_rank, shard_policy, world_size
 from lightning_rlvr.dynamic_sampling import EXTRA_OFFSET, DynamicSampling
@@ -429,4 +429,4 @@ class RLVRModule(LightningModule):
         self._pending_rng = state.get("rng")
         credit_state = checkpoint.get("callbacks", {}).get(self.credit.state_key)
         if credit_state is not None:  # Lightning restores callbacks only when fitting; test needs it too
-            self.credit.load_state_dict(credit_state)
+            self.credit.load_state_dict(rank_state(credit_state))

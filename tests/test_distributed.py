@@ -86,6 +86,29 @@ def test_fsdp2_fit_checkpoint_and_test_in_a_fresh_process(tmp_path, run_cli):
             assert torch.equal(value, state["state_dict"][name]), name
 
 
+def test_nonfinite_loss_on_one_rank_skips_everywhere_and_each_rank_resumes_its_own_credit_state(tmp_path):
+    script = REPO / "tests" / "scripts" / "rank_state.py"
+    _run(_torchrun(2) + [str(script), "--ckpt", str(tmp_path / "state.ckpt")], tmp_path)
+
+
+def test_credit_state_entry_of_a_checkpoint_is_per_rank_and_old_entries_pass_through():
+    from lightning_rlvr.credit.base import rank_state
+    from lightning_rlvr.credit.hsd import HSDCredit
+
+    credit = HSDCredit(seed=3)
+    checkpoint = {"callbacks": {credit.state_key: credit.state_dict()}}
+    credit.on_save_checkpoint(None, None, checkpoint)  # one process: a list of one state
+    entry = checkpoint["callbacks"][credit.state_key]
+    assert list(entry) == ["per_rank"] and len(entry["per_rank"]) == 1
+    expected = torch.randint(100, (5,), generator=credit.peers.generator)  # what the saved state draws next
+    other = HSDCredit(seed=99)
+    credit.on_load_checkpoint(None, None, checkpoint)
+    other.load_state_dict(checkpoint["callbacks"][credit.state_key])
+    assert torch.equal(torch.randint(100, (5,), generator=other.peers.generator), expected)
+    plain = {"peer_rng": other.peers.state_dict()}
+    assert rank_state(plain) is plain  # a checkpoint written before per-rank state loads as before
+
+
 def test_gather_values_and_sums_across_two_ranks(tmp_path):
     _run(_torchrun(2) + [str(REPO / "tests" / "scripts" / "gather_values.py")], tmp_path)
 
