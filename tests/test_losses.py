@@ -7,9 +7,12 @@ import math
 import pytest
 import torch
 import yaml
+from lightning.pytorch import Trainer
 
+from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy
 from lightning_rlvr.losses import CISPO, GSPO, PPOClip, tis_weights
 from lightning_rlvr.objectives import loss_weights
+from lightning_rlvr.scoring import Scorer
 from tests.conftest import QUICKSTART, REPO, TINY
 
 LOSSES = sorted((REPO / "configs" / "loss").glob("*.yaml"))
@@ -171,3 +174,58 @@ def test_each_loss_fits_at_test_scale(loss, run_cli):
     metrics = cli.trainer.callback_metrics
     assert float(metrics["train/skipped_updates"]) == 0.0
     assert torch.isfinite(metrics["train/grad_norm"])
+
+
+# ---------------------------------------------------------------------------- the module's side of the seam
+class Recording(RLVRModule):
+    """Records the rollout-time log-probs the update receives; optionally attaches engine log-probs."""
+
+    engine_logp_value: float | None = None
+
+    def collect(self, problems):
+        rollout, errors, stats = super().collect(problems)
+        if self.engine_logp_value is not None:  # what a rollout engine reporting its log-probs fills
+            rollout.engine_logp = torch.full(rollout.completion_ids.shape, self.engine_logp_value)
+        return rollout, errors, stats
+
+    def update(self, rollout, credit, old_logp, ref_logp):
+        self.old_logp = old_logp
+        self.fresh_logp = (
+            Scorer(self.model, rollout, micro_batch_size=8).policy().logp
+        )  # weights not yet moved
+        self.stats = super().update(rollout, credit, old_logp, ref_logp)
+        return self.stats
+
+
+def _one_step(tmp_path, engine: float | None = None, **kwargs) -> Recording:
+    policy = TinyPolicy(layers=1, hidden=32, heads=2, intermediate=64, max_positions=64)
+    module = Recording(
+        task=AdditionTask(digits=1), policy=policy, group_size=4, max_new_tokens=12, micro_batch_size=8,
+        validate_at_start=False, **kwargs,
+    )  # fmt: skip
+    module.engine_logp_value = engine
+    Trainer(
+        max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path,
+    ).fit(module, RLVRDataModule(batch_size=2, val_size=2))  # fmt: skip
+    return module
+
+
+def test_the_module_obtains_rollout_time_logprobs_exactly_when_the_update_needs_them(tmp_path):
+    plain = _one_step(tmp_path)  # one epoch, one minibatch, no engine log-probs: ratio 1, no extra pass
+    assert plain.old_logp is None and "engine_kl" not in plain.stats
+    for kwargs in ({"ppo_epochs": 2}, {"minibatches": 2}):  # the policy moves between updates of one rollout
+        module = _one_step(tmp_path, **kwargs)
+        assert module.old_logp is not None
+        torch.testing.assert_close(module.old_logp, module.fresh_logp)
+        assert module.stats["skipped_updates"] == 0.0
+
+
+def test_engine_logprobs_switch_on_tis_and_its_statistics(tmp_path):
+    module = _one_step(tmp_path, engine=math.log(0.3))
+    assert module.old_logp is not None  # TIS compares them with the engine's
+    torch.testing.assert_close(module.old_logp, module.fresh_logp)
+    assert module.stats["engine_kl"] > 0
+    assert 0.0 <= module.stats["tis_clip_frac"] <= 1.0
+    off = _one_step(tmp_path, engine=math.log(0.3), loss=PPOClip(tis_cap=None))
+    assert "tis_clip_frac" not in off.stats and off.stats["engine_kl"] > 0
