@@ -33,7 +33,8 @@ corrects for the tokens having been sampled from the engine's distribution rathe
 the trainer's. The mismatch itself is logged as ``engine_kl``: the k3 estimate
 exp(d) - d - 1 with d = old_logp - engine_logp, an unbiased, non-negative per-token
 estimate of KL(engine || trainer) from tokens the engine sampled; and ``tis_clip_frac``,
-the fraction of tokens whose weight hit the cap.
+the fraction of tokens whose weight hit the cap. Like ``clip_frac`` and ``kl``, these are
+per-token statistics that the module averages with the loss's own aggregation weights.
 """
 
 from __future__ import annotations
