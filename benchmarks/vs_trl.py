@@ -6,7 +6,7 @@ reward function wraps our ``AdditionTask`` verifier), B prompts x G
 completions, at most 48 new tokens, temperature 1.0, top-k and top-p off, no KL
 (beta 0, no reference model), one AdamW step per batch (lr 5e-5 constant,
 weight decay 0, grad-norm clip 1.0), clip 0.2, std-normalised group advantages
-and the per-sequence mean loss (ours ``loss_agg: seq_mean`` = TRL's
+and the per-sequence mean loss (ours ``loss.init_args.loss_agg: seq_mean`` = TRL's
 ``loss_type="grpo"``); with one epoch neither side runs an old-log-prob pass.
 TRL is set up as ``design/CALIBRATION.md`` says for CPU (``use_cpu``, no
 bf16, no gradient checkpointing, batch size counted in completions).

@@ -3,9 +3,10 @@
 Every rank samples its own prompts (all G rollouts of a prompt stay on one
 rank), so ranks only meet in the model's forward/backward (FSDP all-gathers
 and reduce-scatters) and in a handful of reductions: loss normalisers,
-"does any rank still need another sampling round", and loop lengths that
-must match because every forward under FSDP is a collective. On one process
-all of these are identities.
+"does any rank still need another sampling round", "was the loss non-finite
+on any rank" (so all ranks skip the same update), loop lengths that must
+match because every forward under FSDP is a collective, and the gathering of
+per-rank state into the checkpoint. On one process all of these are identities.
 """
 
 from __future__ import annotations
@@ -17,6 +18,23 @@ from torch import Tensor
 
 def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank() -> int:
+    return dist.get_rank() if world_size() > 1 else 0
+
+
+def gather_objects(obj: object) -> list:
+    """Every rank's picklable ``obj`` in rank order (``[obj]`` on one rank).
+
+    For per-rank state that must reach rank 0's checkpoint, such as a credit
+    assigner's per-prompt baselines or its peer-sampling generator.
+    """
+    if world_size() == 1:
+        return [obj]
+    out: list = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
 
 
 def all_sum(value: Tensor) -> Tensor:

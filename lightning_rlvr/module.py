@@ -10,13 +10,15 @@ Each training step, top to bottom:
    scored rollout into token advantages A_{i,t}, using only no-grad views of
    the rollout-time policy through a ``Scorer``;
 4. **update**  -- ``ppo_epochs`` passes over the rollout in ``minibatches``,
-   each an optimiser step on the clipped surrogate (eps_low / eps_high) against
-   the rollout-time log-probs, plus an optional k3 KL to a frozen reference and
-   any per-token loss the credit assigner adds.
+   each an optimiser step on the ``PolicyLoss`` (PPO clip, GSPO, CISPO; its
+   aggregation, KL and TIS) against the rollout-time log-probs, plus any
+   per-token loss the credit assigner adds.
 
-With one epoch and one minibatch the importance ratio is 1 at the only
-update, so the rollout-time log-probs equal the detached current ones and no
-separate old-log-prob pass is run (unless a credit assigner asked for it).
+Rollout-time log-probs come from one no-grad pass (``Scorer.policy``, shared
+with the credit assigner) exactly when the update needs them: the policy moves
+between updates of one rollout (ppo_epochs > 1 or minibatches > 1) or the loss
+asks (TIS with the engine's log-probs). Otherwise the importance ratio is 1 at
+the only update and the detached current log-probs stand in for them.
 Validation and test sample ``eval_samples`` completions per held-out prompt
 and report pass@k, under a forked RNG so evaluation never shifts training.
 """
@@ -28,20 +30,21 @@ import logging
 import math
 import time
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit, CreditAssigner
+from lightning_rlvr.credit.base import Credit, CreditAssigner, rank_state
 from lightning_rlvr.credit.grpo import GRPOCredit
 from lightning_rlvr.distributed import all_sum, any_rank, shard_policy, world_size
 from lightning_rlvr.dynamic_sampling import DynamicSampling, extra_index
 from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.losses import PolicyLoss, PPOClip
 from lightning_rlvr.metrics import PassAtK
 from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
-from lightning_rlvr.objectives import clipped_surrogate, kl_k3, loss_weights, zero_std_groups
+from lightning_rlvr.objectives import loss_weights, zero_std_groups
 from lightning_rlvr.prompts import PromptFormat
 from lightning_rlvr.rewards.overlong import RewardShaper
 from lightning_rlvr.rollout import Rollout, sample
@@ -61,6 +64,7 @@ class RLVRModule(LightningModule):
         task: prompt source + verifier (default: 3-digit addition).
         policy: where the model and tokenizer come from (default: the tiny in-code model).
         credit: the credit-assignment method (default: ``GRPOCredit``).
+        loss: the policy loss: surrogate, aggregation, KL, TIS (default: ``PPOClip``, GRPO's).
         warm_start: supervised warm start before RL (fit only; cached on disk).
         lora: ``peft.LoraConfig`` fields; when set only adapters train.
         reward_shaping: applied in order to the verifier's rewards (e.g. DAPO's ``OverlongPenalty``).
@@ -76,10 +80,6 @@ class RLVRModule(LightningModule):
         warmup_steps: linear learning-rate warm-up, in optimiser steps.
         ppo_epochs: passes over each rollout.
         minibatches: optimiser steps per pass (rows are shuffled between passes).
-        eps_low: lower clip range of the importance ratio.
-        eps_high: upper clip range (DAPO's clip-higher when > eps_low).
-        loss_agg: ``seq_mean`` (GRPO), ``token_mean`` (DAPO) or ``constant`` (Dr. GRPO).
-        kl_beta: weight of the k3 KL to the frozen initial policy; 0 loads no reference.
         grad_clip: max gradient norm (0 = off).
         micro_batch_size: rows per forward pass in scoring and update (memory bound).
         eval_samples: completions per prompt in validation and test (pass@k up to this k).
@@ -94,6 +94,7 @@ class RLVRModule(LightningModule):
         task: Task | None = None,
         policy: PolicySource | None = None,
         credit: CreditAssigner | None = None,
+        loss: PolicyLoss | None = None,
         warm_start: WarmStart | None = None,
         lora: dict[str, Any] | None = None,
         reward_shaping: list[RewardShaper] | None = None,
@@ -109,10 +110,6 @@ class RLVRModule(LightningModule):
         warmup_steps: int = 0,
         ppo_epochs: int = 1,
         minibatches: int = 1,
-        eps_low: float = 0.2,
-        eps_high: float = 0.2,
-        loss_agg: Literal["seq_mean", "token_mean", "constant"] = "seq_mean",
-        kl_beta: float = 0.0,
         grad_clip: float = 1.0,
         micro_batch_size: int = 128,
         eval_samples: int = 4,
@@ -129,6 +126,7 @@ class RLVRModule(LightningModule):
         self.task = task or AdditionTask()
         self.policy_source = policy or TinyPolicy()
         self.credit = credit or GRPOCredit()
+        self.loss = loss or PPOClip()
         self.warm_start = warm_start
         self.model, self.tokenizer = self.policy_source.load()
         if gradient_checkpointing:  # renamed in transformers 5
@@ -143,10 +141,6 @@ class RLVRModule(LightningModule):
         self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
         self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
         self.ppo_epochs, self.minibatches = ppo_epochs, minibatches
-        self.eps_low, self.eps_high = eps_low, eps_high
-        self.loss_agg = loss_agg
-        loss_weights(torch.ones(1, 1), loss_agg, 1)  # fail at construction on a bad name
-        self.kl_beta = kl_beta
         self.grad_clip = grad_clip
         self.micro_batch_size = micro_batch_size
         self.eval_samples = eval_samples
@@ -169,7 +163,7 @@ class RLVRModule(LightningModule):
             self.warm_start_summary = self.warm_start.run(
                 self.model, self.tokenizer, self.policy_source, self.task
             )
-        if self.kl_beta > 0 and not self.lora and not self._reference:
+        if self.loss.uses_reference and not self.lora and not self._reference:
             ref = copy.deepcopy(self.model).eval().requires_grad_(False)
             self._reference.append(ref)
 
@@ -248,7 +242,7 @@ class RLVRModule(LightningModule):
             )
         stats["accuracy"] = float(rollout.correct.float().mean())
         for shaper in self.reward_shaping:
-            rollout.rewards = shaper(rollout.rewards, rollout.lengths)
+            rollout.rewards = shaper(rollout.rewards, rollout.lengths, self.max_new_tokens)
         stats["verify_s"] = verify_s
         return rollout, errors, stats
 
@@ -274,13 +268,13 @@ class RLVRModule(LightningModule):
         t1 = time.perf_counter() - verify_s  # generation ends here; verification counts as scoring
         self.verifier_errors += errors
         scorer = Scorer(self.model, rollout, self.tokenizer, self.micro_batch_size)
-        if self.ppo_epochs > 1 or self.minibatches > 1:  # the update needs rollout-time log-probs
-            scorer.policy(hidden=self.credit.uses_hidden_states)
+        old_logp = None  # [N, T] rollout-time log-probs, when the update needs them (module docstring)
+        if self.ppo_epochs > 1 or self.minibatches > 1 or self.loss.needs_old_logp(rollout.engine_logp):
+            old_logp = scorer.policy(hidden=self.credit.uses_hidden_states).logp  # shared with the credit
         t2 = time.perf_counter()
         credit = self.credit.assign(rollout, scorer)
         t3 = time.perf_counter()
-        old_logp = scorer.policy().logp if scorer.has_policy_pass else None  # [N, T] or None
-        ref_logp = self.reference_logprobs(rollout) if self.kl_beta > 0 else None
+        ref_logp = self.reference_logprobs(rollout) if self.loss.uses_reference else None
         stats = self.update(rollout, credit, old_logp, ref_logp)
         t4 = time.perf_counter()
         self.rl_step += 1
@@ -306,71 +300,65 @@ class RLVRModule(LightningModule):
             metrics, on_step=True, on_epoch=False, batch_size=len(batch), sync_dist=world_size() > 1
         )
 
-    @torch.no_grad()
     def reference_logprobs(self, rollout: Rollout) -> Tensor:
         """Log-probs of the sampled tokens under the frozen reference (base model when using LoRA): [N, T]."""
-        P = rollout.prompt_ids.shape[1]
-        out = []
-        for rows in torch.arange(rollout.num_rows).split(self.micro_batch_size):
-            ids, mask = rollout.input_ids[rows], rollout.attention_mask[rows]
-            if self.lora:
-                with self.model.disable_adapter():
-                    logits = causal_lm_forward(self.model, ids, mask).logits
-            else:
-                logits = causal_lm_forward(self._reference[0], ids, mask).logits
-            out.append(token_logprobs(logits[:, P - 1 : -1], rollout.completion_ids[rows]))
-        return torch.cat(out)
+        if not self.lora:
+            return (
+                Scorer(self._reference[0], rollout, None, self.micro_batch_size, cache_bytes=0).policy().logp
+            )
+        with self.model.disable_adapter():
+            return Scorer(self.model, rollout, None, self.micro_batch_size, cache_bytes=0).policy().logp
 
     def update(
         self, rollout: Rollout, credit: Credit, old_logp: Tensor | None, ref_logp: Tensor | None
     ) -> dict[str, float]:
-        """``ppo_epochs`` x ``minibatches`` optimiser steps on the clipped surrogate."""
+        """``ppo_epochs`` x ``minibatches`` optimiser steps on ``self.loss`` (+ the credit's token loss).
+
+        Per-token weights normalise over the whole minibatch on all ranks; x world size undoes
+        the gradient averaging of DDP/FSDP, so W ranks make the update of one rank with all rows.
+        A non-finite loss on any rank skips that optimiser step on every rank: each rank still
+        runs all its forwards and backwards (collectives under FSDP) and the skip is decided
+        together, so ranks never fall out of step.
+        """
         opt, sched = self.optimizers(), self.lr_schedulers()
-        P = rollout.prompt_ids.shape[1]
-        N = rollout.num_rows
-        input_ids, attn = rollout.input_ids, rollout.attention_mask  # [N, P + T]
+        P, N, W = rollout.prompt_ids.shape[1], rollout.num_rows, world_size()
         targets, mask = rollout.completion_ids, rollout.completion_mask.float()  # [N, T]
-        totals: dict[str, float] = {
-            "clip_frac": 0.0,
-            "entropy": 0.0,
-            "kl": 0.0,
-            "loss": 0.0,
-            "grad_norm": 0.0,
-        }
+        engine = rollout.engine_logp  # [N, T] or None
+        totals: dict[str, float] = {"loss": 0.0, "grad_norm": 0.0}
         n_updates = 0
         for _ in range(self.ppo_epochs):
             order = torch.randperm(N, device=self.device) if self.minibatches > 1 else torch.arange(N)
             for mb in order.chunk(self.minibatches):
-                # normalised over the whole minibatch on all ranks; x world size undoes the
-                # gradient averaging of DDP/FSDP, so W ranks make the update of one rank with all rows
-                weights = loss_weights(mask[mb], self.loss_agg, self.max_new_tokens, all_sum) * world_size()
-                loss_total, parts = 0.0, {"clip_frac": 0.0, "entropy": 0.0, "kl": 0.0}
-                finite = True
+                weights = self.loss.weights(mask[mb], self.max_new_tokens, all_sum) * W  # [n, T]
+                extra_w = weights  # the credit's token loss: the loss's aggregation unless it names its own
+                if credit.token_loss is not None and credit.token_loss_agg is not None:
+                    extra_w = loss_weights(mask[mb], credit.token_loss_agg, self.max_new_tokens, all_sum) * W
+                loss_total, parts, finite = 0.0, {"entropy": 0.0}, True
                 for i in range(0, len(mb), self.micro_batch_size):
                     rows, w = mb[i : i + self.micro_batch_size], weights[i : i + self.micro_batch_size]
-                    logits = causal_lm_forward(self.model, input_ids[rows], attn[rows]).logits[:, P - 1 : -1]
+                    ids, attn = rollout.input_ids[rows], rollout.attention_mask[rows]
+                    logits = causal_lm_forward(self.model, ids, attn).logits[:, P - 1 : -1]  # [m, T, V]
                     logp = token_logprobs(logits, targets[rows])  # [m, T]
-                    old = old_logp[rows] if old_logp is not None else logp.detach()
-                    tok_loss, clipped = clipped_surrogate(
-                        logp, old, credit.advantages[rows], self.eps_low, self.eps_high
+                    tok_loss, tok_stats = self.loss(
+                        logp,
+                        old_logp[rows] if old_logp is not None else logp.detach(),
+                        credit.advantages[rows],
+                        mask[rows],
+                        ref_logp=None if ref_logp is None else ref_logp[rows],
+                        engine_logp=None if engine is None else engine[rows],
                     )
-                    if ref_logp is not None:
-                        kl = kl_k3(logp, ref_logp[rows])
-                        tok_loss = tok_loss + self.kl_beta * kl
-                        parts["kl"] += float((kl.detach() * w).sum())
-                    if credit.token_loss is not None:
-                        tok_loss = tok_loss + credit.token_loss(logits, rows)
                     loss = (tok_loss * w).sum()
-                    if not torch.isfinite(loss):
-                        finite = False
-                        break
-                    self.manual_backward(loss)
+                    if credit.token_loss is not None:
+                        loss = loss + (credit.token_loss(logits, rows) * extra_w[i : i + len(rows)]).sum()
+                    finite = finite and bool(torch.isfinite(loss))
+                    self.manual_backward(loss)  # also when non-finite: the backward is a collective
                     loss_total += float(loss.detach())
                     with torch.no_grad():
-                        parts["clip_frac"] += float((clipped * w).sum())
-                        parts["entropy"] += float((entropy_from_logits(logits.detach()) * w).sum())
-                grad_norm = self._clip_gradients() if finite else float("nan")
-                if not finite or not math.isfinite(grad_norm):
+                        tok_stats["entropy"] = entropy_from_logits(logits.detach())
+                        for k, v in tok_stats.items():
+                            parts[k] = parts.get(k, 0.0) + float((v * w).sum())
+                grad_norm = self._clip_gradients()
+                if any_rank(not finite, self.device) or not math.isfinite(grad_norm):
                     self._skip_nonfinite(opt)
                     continue
                 self._nonfinite_streak = 0
@@ -378,13 +366,9 @@ class RLVRModule(LightningModule):
                 opt.zero_grad(set_to_none=True)
                 sched.step()
                 n_updates += 1
-                totals["loss"] += loss_total
-                totals["grad_norm"] += grad_norm
-                for k, v in parts.items():
-                    totals[k] += v
+                for k, v in {"loss": loss_total, "grad_norm": grad_norm, **parts}.items():
+                    totals[k] = totals.get(k, 0.0) + v
         stats = {k: v / max(n_updates, 1) for k, v in totals.items()}
-        if ref_logp is None:
-            stats.pop("kl")
         stats["lr"] = sched.get_last_lr()[0]
         stats["skipped_updates"] = float(self.ppo_epochs * self.minibatches - n_updates)
         return stats
@@ -444,4 +428,4 @@ class RLVRModule(LightningModule):
         self._pending_rng = state.get("rng")
         credit_state = checkpoint.get("callbacks", {}).get(self.credit.state_key)
         if credit_state is not None:  # Lightning restores callbacks only when fitting; test needs it too
-            self.credit.load_state_dict(credit_state)
+            self.credit.load_state_dict(rank_state(credit_state))

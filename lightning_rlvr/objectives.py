@@ -1,9 +1,7 @@
-"""The policy-gradient objective that every credit assigner's token advantages plug into.
+"""Group advantages and the pieces of the policy loss that are not a choice of surrogate.
 
-    rho_{i,t}  = exp(logp_{i,t} - old_logp_{i,t})
-    loss_{i,t} = -min(rho * A_{i,t}, clip(rho, 1 - eps_low, 1 + eps_high) * A_{i,t}) + beta * k3_{i,t}
-
-and one of three ways to turn the [N, T] token losses into a scalar:
+GRPO's group-normalised advantages, Schulman's k3 KL estimator, and the three
+ways to turn [N, T] token losses into a scalar (``losses.PolicyLoss`` picks one):
 
 * ``seq_mean``   -- mean over sequences of each sequence's token mean (GRPO);
 * ``token_mean`` -- sum over all tokens / number of tokens in the batch (DAPO);
@@ -60,17 +58,6 @@ def standardize(values: Tensor, eps: float = 1e-6) -> Tensor:
     if values.numel() < 2 or bool(values.min() == values.max()):
         return torch.zeros_like(values)
     return (values - values.mean()) / (values.std() + eps)
-
-
-def clipped_surrogate(
-    logp: Tensor, old_logp: Tensor, advantages: Tensor, eps_low: float, eps_high: float
-) -> tuple[Tensor, Tensor]:
-    """PPO's clipped token loss with separate lower/upper clip ranges: (loss [m, T], clipped [m, T])."""
-    ratio = torch.exp(logp - old_logp)
-    unclipped = ratio * advantages
-    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
-    loss = -torch.minimum(unclipped, clipped)
-    return loss, (clipped < unclipped).float()
 
 
 def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:

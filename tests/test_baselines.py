@@ -134,6 +134,22 @@ def test_overlong_penalty_three_pieces_at_the_boundaries():
         OverlongPenalty(max_length=4, cache=8)
 
 
+def test_overlong_penalty_defaults_to_the_module_budget_given_at_call_time():
+    shaper = OverlongPenalty(cache=4)  # max_length None: the module's max_new_tokens
+    lengths = torch.tensor([0, 16, 18, 20, 21])
+    for budget, expected in (
+        (20, [0.0, 0.0, -0.5, -1.0, -1.0]),
+        (24, [0.0, 0.0, 0.0, 0.0, -0.25]),  # ramp starts at 24 - 4 = 20
+    ):
+        torch.testing.assert_close(shaper(torch.zeros(5), lengths, budget), torch.tensor(expected))
+    explicit = OverlongPenalty(max_length=20, cache=4)  # a fixed max_length wins over the budget
+    torch.testing.assert_close(explicit(torch.zeros(5), lengths, 24), shaper(torch.zeros(5), lengths, 20))
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        shaper.penalty(lengths)
+    with pytest.raises(ValueError):
+        shaper(torch.zeros(5), lengths, 3)  # cache 4 does not fit a budget of 3
+
+
 def test_dr_grpo_advantages_and_constant_normaliser_by_hand():
     draw, _ = fake_draw({"x": 1})
     rollout = draw(problems("x"))  # rewards 1, 0, 0, 0; lengths 2, 3, 4, 2

@@ -102,7 +102,7 @@ def test_unknown_class_path_is_one_clear_error(run_cli, capsys):
 
 def test_wrong_value_type_is_one_clear_error(run_cli, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        run_cli("fit", "--model.loss_agg", "sequence_average")
+        run_cli("fit", "--model.loss.init_args.loss_agg", "sequence_average")
     assert exit_info.value.code == 2
     assert "loss_agg" in capsys.readouterr().err
 
@@ -140,7 +140,7 @@ def test_every_method_fits_at_test_scale(method, run_cli, tmp_path):
 
 def test_lora_fit_after_warm_start_and_test_from_its_checkpoint(run_cli, tmp_path):
     lora = str(REPO / "configs" / "peft" / "lora.yaml")
-    fit = run_cli("fit", "--model.kl_beta", "0.05", configs=(QUICKSTART, TINY, lora))
+    fit = run_cli("fit", "--model.loss.init_args.kl_beta", "0.05", configs=(QUICKSTART, TINY, lora))
     assert hasattr(fit.model.model, "disable_adapter")  # adapters on top of the warm-started base
     assert "train/kl" in fit.trainer.callback_metrics
     ckpt = fit.trainer.checkpoint_callback.last_model_path

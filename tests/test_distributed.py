@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
+from lightning_rlvr.losses import PPOClip
 from lightning_rlvr.rollout import sample
 from lightning_rlvr.scoring import Scorer
 from tests.conftest import QUICKSTART, REPO, TINY
@@ -85,6 +86,29 @@ def test_fsdp2_fit_checkpoint_and_test_in_a_fresh_process(tmp_path, run_cli):
             assert torch.equal(value, state["state_dict"][name]), name
 
 
+def test_nonfinite_loss_on_one_rank_skips_everywhere_and_each_rank_resumes_its_own_credit_state(tmp_path):
+    script = REPO / "tests" / "scripts" / "rank_state.py"
+    _run(_torchrun(2) + [str(script), "--ckpt", str(tmp_path / "state.ckpt")], tmp_path)
+
+
+def test_credit_state_entry_of_a_checkpoint_is_per_rank_and_old_entries_pass_through():
+    from lightning_rlvr.credit.base import rank_state
+    from lightning_rlvr.credit.hsd import HSDCredit
+
+    credit = HSDCredit(seed=3)
+    checkpoint = {"callbacks": {credit.state_key: credit.state_dict()}}
+    credit.on_save_checkpoint(None, None, checkpoint)  # one process: a list of one state
+    entry = checkpoint["callbacks"][credit.state_key]
+    assert list(entry) == ["per_rank"] and len(entry["per_rank"]) == 1
+    expected = torch.randint(100, (5,), generator=credit.peers.generator)  # what the saved state draws next
+    other = HSDCredit(seed=99)
+    credit.on_load_checkpoint(None, None, checkpoint)
+    other.load_state_dict(checkpoint["callbacks"][credit.state_key])
+    assert torch.equal(torch.randint(100, (5,), generator=other.peers.generator), expected)
+    plain = {"peer_rng": other.peers.state_dict()}
+    assert rank_state(plain) is plain  # a checkpoint written before per-rank state loads as before
+
+
 def test_gather_values_and_sums_across_two_ranks(tmp_path):
     _run(_torchrun(2) + [str(REPO / "tests" / "scripts" / "gather_values.py")], tmp_path)
 
@@ -99,7 +123,7 @@ def test_lora_reference_is_the_base_model_and_only_adapters_train(tmp_path):
         task=AdditionTask(digits=1),
         policy=policy,
         lora={"r": 4, "lora_alpha": 8, "init_lora_weights": False},  # adapters change outputs from step 0
-        kl_beta=0.1,
+        loss=PPOClip(kl_beta=0.1),
         group_size=4,
         max_new_tokens=12,
         lr=1e-2,

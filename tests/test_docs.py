@@ -15,13 +15,14 @@ from lightning_rlvr.credit.rredcot import RREDCoTCredit
 from lightning_rlvr.credit.sc_grpo import SCGRPOCredit
 from lightning_rlvr.credit.shear import SHEARCredit
 from lightning_rlvr.dynamic_sampling import DynamicSampling
+from lightning_rlvr.losses import PPOClip
 from lightning_rlvr.module import RLVRModule
 from lightning_rlvr.rewards import OverlongPenalty
 from tests.conftest import REPO
 
 DOC = REPO / "docs" / "methods.md"
 SECTIONS = {  # heading prefix -> the classes whose defaults that section states
-    "The shared objective": [RLVRModule],
+    "The shared objective": [RLVRModule, PPOClip],
     "GRPO": [GRPOCredit],
     "Dr. GRPO": [DrGRPOCredit],
     "DAPO": [DynamicSampling, OverlongPenalty],

@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from lightning_rlvr.credit.hsd import HSDCredit
 from lightning_rlvr.credit.self_conditioned import generalized_jsd
@@ -41,9 +42,9 @@ def setup(micro_batch_size: int = 2, **kwargs) -> tuple[HSDCredit, Rollout, obje
     calls = []
     compare = scorer.compare
 
-    def spy(contexts, rows, fn, spans=None):
+    def spy(contexts, rows, fn, spans=None, **kwargs):
         calls.append((contexts, rows))
-        return compare(contexts, rows, fn, spans)
+        return compare(contexts, rows, fn, spans, **kwargs)
 
     scorer.compare = spy
     credit = HSDCredit(peer_template=PEER, answer_template=ANSWER_ONLY, **kwargs)
@@ -181,3 +182,172 @@ def test_peer_state_is_checkpointed():
     assert [c.tolist() for c in calls2[0][0]] == [c.tolist() for c in calls[0][0]]  # the same peers
     with pytest.raises(ValueError):
         HSDCredit(answer_template="{prompt}{reference}")
+
+
+@pytest.mark.parametrize("apply_to", ["failed", "all"])
+def test_top_k_equal_to_the_vocabulary_gives_the_dense_token_loss_and_gradient(apply_to):
+    T = max(map(len, COMPLETIONS))
+    batch = torch.tensor([3, 0, 7, 11, 5, 1])
+    losses, grads = [], []
+    for top_k in (None, V):
+        credit, rollout, scorer, _ = setup(
+            micro_batch_size=3, apply_to=apply_to, clip=10.0, teacher_top_k=top_k
+        )
+        out = credit.assign(rollout, scorer)
+        logits = torch.randn(len(batch), T, V, generator=torch.Generator().manual_seed(5), requires_grad=True)
+        loss = out.token_loss(logits, batch)
+        loss.sum().backward()
+        losses.append(loss.detach())
+        grads.append(logits.grad)
+        assert out.metrics["jsd_mean"] > 0
+    assert losses[0].abs().sum() > 0
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_top_k_jsd_never_exceeds_the_dense_one_and_keeps_the_full_metric(k):
+    T = max(map(len, COMPLETIONS))
+    batch = torch.arange(12)
+    logits = torch.randn(12, T, V, generator=torch.Generator().manual_seed(k))
+    dense_credit, rollout, scorer, _ = setup(clip=10.0)
+    dense = dense_credit.assign(rollout, scorer)
+    sparse_credit, rollout, scorer, _ = setup(clip=10.0, teacher_top_k=k)
+    sparse = sparse_credit.assign(rollout, scorer)
+    assert sparse.metrics["jsd_mean"] == pytest.approx(dense.metrics["jsd_mean"], rel=1e-5)  # full-vocabulary
+    a, b = sparse.token_loss(logits, batch), dense.token_loss(logits, batch)
+    assert (a <= b + 1e-6).all() and (a >= 0).all()
+    assert (a < b - 1e-6).any()  # merging tokens into the tail loses some divergence
+
+
+def test_compare_top_k_keeps_the_most_likely_teacher_tokens_and_the_rest_as_tail():
+    _, rollout, scorer, _ = setup()
+    contexts = [torch.tensor([3, 4, MARK, 2]), torch.tensor([5, MARK])]
+    full = scorer.compare(contexts, [1, 6], lambda t, s: t)  # [N, T, V] the dense teacher
+    for k in (1, 4, V):
+        jsd, top = scorer.compare(contexts, [1, 6], lambda t, s: t.exp().sum(-1), teacher_top_k=k)
+        assert top.ids.shape == (12, full.shape[1], k)
+        for row in (1, 6):
+            n = int(rollout.lengths[row])
+            ref_logp, ref_ids = full[row, :n].topk(k, dim=-1)
+            torch.testing.assert_close(top.logp[row, :n], ref_logp)
+            assert torch.equal(top.ids[row, :n], ref_ids)
+            mass = top.logp[row, :n].exp().sum(-1) + top.tail[row, :n].exp()
+            torch.testing.assert_close(mass, torch.ones(n))  # the k + 1 buckets are a distribution
+            if k == V:
+                assert torch.isinf(top.tail[row, :n]).all()
+        torch.testing.assert_close(jsd, scorer.compare(contexts, [1, 6], lambda t, s: t.exp().sum(-1)))
+
+
+def test_distill_aggregation_is_a_constructor_argument():
+    credit, rollout, scorer, _ = setup(distill_agg="token_mean")
+    assert credit.assign(rollout, scorer).token_loss_agg == "token_mean"
+    credit, rollout, scorer, _ = setup()
+    assert credit.assign(rollout, scorer).token_loss_agg is None  # the policy loss's loss_agg
+    with pytest.raises(ValueError):
+        HSDCredit(distill_agg="mean")
+    with pytest.raises(ValueError):
+        HSDCredit(teacher_top_k=0)
+
+
+# ---------------------------------------------------------------------------- the update, end to end
+COEF = 30.0  # large enough that the distillation term dominates the gradient being compared
+
+
+def _hsd_update(**hsd_kwargs) -> tuple[dict, dict]:
+    """One ``RLVRModule.update`` with HSD on a fixed rollout of the tiny policy.
+
+    Returns the gradients the update produced and what the old formula needs to redo it.
+    """
+    from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
+    from lightning_rlvr.rollout import sample
+    from lightning_rlvr.scoring import Scorer
+
+    credit = HSDCredit(
+        peer_template="{prompt}{reference};answer:{answer};{prompt}",
+        answer_template="{prompt} answer:{answer};{prompt}",
+        distill_coef=COEF,
+        clip=0.3,
+        **hsd_kwargs,
+    )
+    policy = TinyPolicy(layers=1, hidden=32, heads=2, intermediate=64, max_positions=64)
+    module = RLVRModule(
+        task=AdditionTask(digits=1), policy=policy, credit=credit, group_size=4, max_new_tokens=8,
+        micro_batch_size=3, validate_at_start=False,
+    )  # fmt: skip
+    module.model.eval()
+    torch.manual_seed(0)
+    rollout = sample(
+        module.model, module.tokenizer, [module.task.problem("train", i) for i in range(2)], 4, 8
+    )
+    rollout.correct = torch.tensor([1, 0, 0, 1, 0, 0, 0, 0]).bool()  # a mixed group and an all-failed one
+    rollout.rewards = rollout.correct.float()
+    scorer = Scorer(module.model, rollout, module.tokenizer, 3)
+    calls = []
+    compare = scorer.compare
+    scorer.compare = lambda contexts, rows, fn, spans=None, **kw: (
+        calls.append((contexts, rows)) or compare(contexts, rows, fn, spans, **kw)
+    )
+    out = module.credit.assign(rollout, scorer)
+    grads: dict[str, Tensor] = {}
+    opt = torch.optim.SGD(module.model.parameters(), lr=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+
+    def record() -> float:
+        grads.update({n: p.grad.clone() for n, p in module.model.named_parameters() if p.grad is not None})
+        return 0.0
+
+    module.optimizers, module.lr_schedulers = (lambda: opt), (lambda: sched)
+    module.manual_backward = lambda loss: loss.backward()
+    module._clip_gradients = record
+    module.update(rollout, out, None, None)
+    contexts, rows = calls[0]
+    teacher = compare(contexts, rows, lambda t, s: t)  # [N, T, V] the dense teacher, as stored before
+    return grads, {"module": module, "rollout": rollout, "credit": out, "teacher": teacher, "rows": rows}
+
+
+def _old_formula_grads(ctx: dict, distill_weights: str = "seq_mean") -> dict:
+    """The update before ``Credit.token_loss``, written out: seq-mean PG (ratio 1) + lambda * clipped JSD."""
+    from lightning_rlvr.objectives import loss_weights
+    from lightning_rlvr.scoring import causal_lm_forward, token_logprobs
+
+    module, rollout, credit = ctx["module"], ctx["rollout"], ctx["credit"]
+    module.model.zero_grad(set_to_none=True)
+    P = rollout.prompt_ids.shape[1]
+    logits = causal_lm_forward(module.model, rollout.input_ids, rollout.attention_mask).logits[:, P - 1 : -1]
+    logp = token_logprobs(logits, rollout.completion_ids)  # [N, T]
+    mask = rollout.completion_mask.float()
+    pg = -credit.advantages * torch.exp(logp - logp.detach())
+    distilled = torch.zeros_like(mask)
+    distilled[ctx["rows"]] = 1.0
+    jsd = generalized_jsd(ctx["teacher"], F.log_softmax(logits.float(), -1), 0.5).clamp(max=0.3)
+    distill = COEF * jsd * mask * distilled
+    loss = (pg * loss_weights(mask, "seq_mean", 8)).sum() + (
+        distill * loss_weights(mask, distill_weights, 8)
+    ).sum()
+    loss.backward()
+    return {n: p.grad.clone() for n, p in module.model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("top_k", [None, "V"])
+def test_update_with_the_token_loss_matches_the_old_formula(top_k):
+    V_tiny = None
+    if top_k == "V":
+        from lightning_rlvr import TinyPolicy
+
+        V_tiny = len(TinyPolicy(layers=1, hidden=32, heads=2, intermediate=64, max_positions=64).load()[1])
+    grads, ctx = _hsd_update(teacher_top_k=V_tiny)
+    assert len(ctx["rows"]) == 6  # the failed rows
+    old = _old_formula_grads(ctx)
+    assert grads.keys() == old.keys() and any(g.abs().sum() > 0 for g in old.values())
+    for name, g in old.items():
+        torch.testing.assert_close(grads[name], g, rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_distill_token_mean_weights_the_term_by_the_minibatch_tokens():
+    grads, ctx = _hsd_update(distill_agg="token_mean")
+    old = _old_formula_grads(ctx, distill_weights="token_mean")
+    for name, g in old.items():
+        torch.testing.assert_close(grads[name], g, rtol=1e-4, atol=1e-7, msg=name)
+    seq = _old_formula_grads(ctx, distill_weights="seq_mean")
+    assert any(not torch.allclose(grads[n], seq[n]) for n in seq)  # the choice changes the update

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from lightning_rlvr.objectives import (
-    clipped_surrogate,
     group_advantages,
     kl_k3,
     loss_weights,
@@ -79,19 +78,6 @@ def test_weights_split_across_micro_batches_sum_to_the_whole():
         w = loss_weights(MASK, mode, 4)
         parts = (TOK[:1] * w[:1]).sum() + (TOK[1:] * w[1:]).sum()
         torch.testing.assert_close(parts, aggregate(TOK, MASK, mode, 4))
-
-
-def test_clipped_surrogate_uses_separate_low_and_high_ranges():
-    old = torch.zeros(4)
-    logp = torch.log(torch.tensor([1.5, 1.5, 0.5, 0.5]))  # ratios 1.5, 1.5, 0.5, 0.5
-    adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
-    loss, clipped = clipped_surrogate(logp, old, adv, eps_low=0.2, eps_high=0.28)
-    # A>0, rho=1.5: min(1.5, 1.28) = 1.28 -> loss -1.28 (clipped)
-    # A<0, rho=1.5: min(-1.5, -1.28) = -1.5 -> loss 1.5 (not clipped)
-    # A>0, rho=0.5: min(0.5, 0.8) = 0.5 -> loss -0.5 (not clipped)
-    # A<0, rho=0.5: min(-0.5, -0.8) = -0.8 -> loss 0.8 (clipped)
-    torch.testing.assert_close(loss, torch.tensor([-1.28, 1.5, -0.5, 0.8]))
-    assert clipped.tolist() == [1.0, 0.0, 0.0, 1.0]
 
 
 def test_k3_is_zero_at_equality_and_positive_elsewhere():

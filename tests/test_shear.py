@@ -38,6 +38,7 @@ def make_rollout(rewards: list[float], lengths: list[int], T: int, G: int) -> Ro
         pad_id=0,
         eos_id=1,
         rewards=torch.tensor(rewards, dtype=torch.float32),
+        correct=torch.tensor(rewards) > 0.5,
     )
 
 
@@ -55,7 +56,7 @@ class StubScorer:
 
 
 def weights_of(credit: SHEARCredit, hidden: torch.Tensor, rollout: Rollout) -> torch.Tensor:
-    w, _, _ = credit.token_weights(hidden, rollout.completion_mask, rollout.rewards, rollout.group)
+    w, _, _ = credit.token_weights(hidden, rollout.completion_mask, rollout.correct, rollout.group)
     return w
 
 
@@ -131,7 +132,7 @@ def test_all_equal_group_keeps_grpo_and_degenerate_states_stay_finite(solver):
     # group 0 mixed, group 1 all correct: group 1 keeps weight 1 and A = 0
     rollout = make_rollout([1.0, 0.0, 1.0, 1.0], [6, 5, 6, 4], T=T, G=2)
     hidden = torch.randn(4, T, H)
-    w, weighted, pairs = credit.token_weights(hidden, rollout.completion_mask, rollout.rewards, rollout.group)
+    w, weighted, pairs = credit.token_weights(hidden, rollout.completion_mask, rollout.correct, rollout.group)
     assert weighted.tolist() == [True, True, False, False]
     torch.testing.assert_close(w[2:], rollout.completion_mask[2:].float())
     out = credit.assign(rollout, StubScorer(hidden))

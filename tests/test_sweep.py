@@ -26,8 +26,8 @@ def grid_sweep(tmp_path, monkeypatch):
     """A sweep in tmp_path over two method files x two learning rates x three seeds."""
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "base.yaml", "model:\n  group_size: 4\n")
-    write(tmp_path / "method" / "alpha.yaml", "model:\n  loss_agg: seq_mean\n")
-    write(tmp_path / "method" / "beta.yaml", "model:\n  loss_agg: token_mean\n")
+    write(tmp_path / "method" / "alpha.yaml", "model:\n  loss:\n    init_args: {loss_agg: seq_mean}\n")
+    write(tmp_path / "method" / "beta.yaml", "model:\n  loss:\n    init_args: {loss_agg: token_mean}\n")
     return write(
         tmp_path / "grid.yaml",
         "configs: [base.yaml]\n"

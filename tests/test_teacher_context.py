@@ -89,6 +89,7 @@ def make_rollout(
         pad_id=PAD,
         eos_id=EOS,
         rewards=torch.tensor(rewards, dtype=torch.float32),
+        correct=torch.tensor(rewards) > 0.5,
     )
 
 

@@ -4,7 +4,10 @@ A credit assigner is a Lightning ``Callback``: it is an init argument of
 ``RLVRModule`` chosen in YAML by ``class_path``, returned from
 ``configure_callbacks()``, and its ``state_dict`` (baselines, running
 statistics) is saved in every checkpoint and restored on resume and on
-``test --ckpt_path``. The module calls it once per step:
+``test --ckpt_path``. That state can differ per rank (each rank sees its own
+prompts and draws its own peers), so the checkpoint keeps every rank's
+``state_dict`` in rank order and each rank restores its own (a resume on more
+ranks than were saved reuses them cyclically). The module calls it once per step:
 
     credit = assigner.assign(rollout, scorer)      # Credit.advantages: [N, T]
 
@@ -14,6 +17,8 @@ states, distributions of the same completion tokens under another context).
 Distillation-style methods return a per-token loss in ``Credit.token_loss``
 (a closure over what ``assign`` computed), which the module applies inside the
 update with gradients on the student's logits; nothing is kept on the assigner.
+The term is masked and aggregated like the policy loss (``loss_agg``) unless
+``Credit.token_loss_agg`` names another aggregation.
 
 A new method is one new file with a subclass and one YAML; the module never
 branches on the method.
@@ -27,6 +32,7 @@ from dataclasses import dataclass, field
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from lightning_rlvr.distributed import gather_objects, rank
 from lightning_rlvr.objectives import group_advantages
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import Scorer
@@ -47,6 +53,7 @@ class Credit:
     advantages: Tensor  # [N, T] token advantages (constants in the loss; 0 on padding)
     metrics: dict[str, float] = field(default_factory=dict)  # logged as ``credit/<name>``
     token_loss: TokenLoss | None = None  # distillation-style methods: a per-token loss term
+    token_loss_agg: str | None = None  # its aggregation (``objectives.AGGREGATIONS``); None = the loss's
 
 
 class CreditAssigner(Callback):
@@ -69,3 +76,27 @@ class CreditAssigner(Callback):
     def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
         """Token advantages [N, T] for the rollout (no gradients flow through them)."""
         raise NotImplementedError
+
+    # ------------------------------------------------------------------ every rank's state in the checkpoint
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        """Replace this rank's ``state_dict`` (Lightning keeps rank 0's) by every rank's (a collective)."""
+        states = checkpoint.get("callbacks", {})
+        if self.state_key in states:
+            states[self.state_key] = {PER_RANK: gather_objects(states[self.state_key])}
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        """Hand ``load_state_dict`` this rank's entry (Lightning calls it right after this hook)."""
+        states = checkpoint.get("callbacks", {})
+        if self.state_key in states:
+            states[self.state_key] = rank_state(states[self.state_key])
+
+
+PER_RANK = "per_rank"
+
+
+def rank_state(entry: dict) -> dict:
+    """This rank's assigner state from a checkpoint entry (a plain state dict passes through)."""
+    if not isinstance(entry, dict) or PER_RANK not in entry:
+        return entry
+    states = entry[PER_RANK]
+    return states[rank() % len(states)]

@@ -3,7 +3,7 @@
 GRPO divides by the group's reward std (which up-weights nearly-solved and
 nearly-hopeless prompts) and averages each sequence's tokens (which shrinks
 the per-token gradient of long wrong answers). Dr. GRPO uses A_i = r_i - mean(r)
-and a constant normaliser; pair this class with ``model.loss_agg: constant``
+and a constant normaliser; pair this class with a loss whose ``loss_agg`` is ``constant``
 (``configs/method/dr_grpo.yaml`` does). Formulas and defaults: ``docs/methods.md``.
 """
 

@@ -118,7 +118,6 @@ class HPRLVRCredit(CreditAssigner):
         separator: text between the hindsight and the causal prefix [proposed].
         pass_text: the verdict of a passing completion [proposed].
         fail_text: the verdict of a failing completion [proposed].
-        pass_threshold: a completion passes when its reward is >= this [proposed: 1.0].
         momentum: m of the baseline update b <- m b + (1 - m) r [proposed: 0.9].
         initial_baseline: the global mean before any reward is seen [proposed: 0.5].
         max_prompts: LRU bound of the baseline table (entries; ~170 B each) [proposed: 100_000].
@@ -132,7 +131,6 @@ class HPRLVRCredit(CreditAssigner):
         separator: str = "\nSolution:\n",
         pass_text: str = "pass",
         fail_text: str = "fail",
-        pass_threshold: float = 1.0,
         momentum: float = 0.9,
         initial_baseline: float = 0.5,
         max_prompts: int = 100_000,
@@ -157,7 +155,6 @@ class HPRLVRCredit(CreditAssigner):
         self.separator = separator
         self.pass_text = pass_text
         self.fail_text = fail_text
-        self.pass_threshold = pass_threshold
         self.momentum = momentum
         self.initial_baseline = initial_baseline
         self.max_prompts = max_prompts
@@ -224,7 +221,7 @@ class HPRLVRCredit(CreditAssigner):
             starts = [0] + ends[:-1]
             keep = (toks != rollout.eos_id) & (toks != rollout.pad_id)  # the future carries no EOS
             prompt = rollout.prompt_tokens(i)
-            passed = float(rollout.rewards[i]) >= self.pass_threshold
+            passed = bool(rollout.correct[i])  # the verifier's verdict
             verdict = self.pass_text if passed else self.fail_text
             feedback = rollout.feedback[i] if i < len(rollout.feedback) else ""
             for start, end in zip(starts, ends):

@@ -9,20 +9,33 @@ on the rollout's own prompt. Per completion token t of a distilled rollout o_i:
     P_t = pi(. | teacher ctx, o_{i,<t})   (stored at rollout time, no grad)
     Q_t = pi_theta(. | x, o_{i,<t})       (the current policy, with grad)
     D_t = JSD_beta(P_t, Q_t) = beta KL(P || M) + (1 - beta) KL(Q || M),  M = beta P + (1 - beta) Q
-    loss = PG loss (plain GRPO advantages) + lambda * agg_t min(D_t, clip)
+    loss = PG loss (plain GRPO advantages) + lambda * agg(min(D_t, clip))
 
 with beta = 0.5 (D in [0, ln 2]), clip = 0.05, lambda = 1, applied to failed
 rollouts by default (``apply_to="all"`` distils every rollout) [proposed].
-``agg`` is the module's loss aggregation (seq mean by default), i.e. the
-token mean. Clipping makes tokens whose divergence exceeds ``clip`` stop
-pushing (zero gradient), so a few wildly different tokens cannot dominate;
-credit concentrates where the failed rollout first departs from its peer,
-which ``first_div_pos_mean`` and ``jsd_mass_after_div`` track.
+Clipping makes tokens whose divergence exceeds ``clip`` stop pushing (zero
+gradient), so a few wildly different tokens cannot dominate; credit
+concentrates where the failed rollout first departs from its peer, which
+``first_div_pos_mean`` and ``jsd_mass_after_div`` track.
+
+``agg`` is ``distill_agg``. By default (None) the term is added to each
+token's policy-gradient loss and aggregated with it by the policy loss's
+``loss_agg``; under GRPO's ``seq_mean`` that is the mean over *all* N rows of
+each row's token mean, rows without the term counting 0 (not a token mean).
+``token_mean`` instead divides the summed term by the completion tokens of
+the minibatch, ``constant`` by N * max_new_tokens.
 
 ``assign`` runs every teacher view through one ``Scorer.compare`` call that
-returns the per-token JSD together with the teacher's full log-probs, kept
-[n, T, V] for the distilled rows; ``token_loss``
-compares them with the student's current logits in each update.
+returns the per-token JSD together with the teacher's distributions for the
+distilled rows; ``token_loss`` compares them with the student's current
+logits in each update. Dense (``teacher_top_k=None``) keeps the teacher's
+full log-probs, [n, T, V]: fine for small vocabularies, about 30 GB at
+V = 150k, T = 1,024, n = 48. With ``teacher_top_k=k`` it keeps the k most
+likely teacher tokens per position plus the rest's mass ([n, T, k]), and the
+divergence is taken over those k + 1 buckets, with the student's
+probabilities of the same k tokens and of the rest. That JSD never exceeds
+the full one (merging outcomes cannot increase a divergence) and equals it at
+k = V; the ``jsd_mean`` metric stays the full-vocabulary JSD.
 """
 
 from __future__ import annotations
@@ -42,14 +55,16 @@ from lightning_rlvr.credit.self_conditioned import (
     generalized_jsd,
     span_mask,
 )
+from lightning_rlvr.objectives import AGGREGATIONS
 from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer
+from lightning_rlvr.scoring import Scorer, TopK, bucket_logprobs
 
 DEFAULT_PEER_TEMPLATE = (
     "{prompt}\nA successful solution to this problem follows; use it as a reference.\n"
     "<reference>\n{reference}\n</reference>\nThe correct final answer is {answer}."
 )
 DEFAULT_ANSWER_TEMPLATE = "{prompt}\nThe correct final answer is {answer}."
+LOG_ZERO = -1.0e4  # stands for log 0 in bucket log-probs: exp() is exactly 0, and no inf - inf
 
 
 class HSDCredit(SelfConditionedCredit):
@@ -63,8 +78,11 @@ class HSDCredit(SelfConditionedCredit):
         beta: skew of the JSD [proposed: 0.5, the symmetric JSD].
         clip: per-token clip of the JSD [proposed: 0.05].
         apply_to: ``failed`` (rollouts that are not correct) or ``all`` [proposed: failed].
+        teacher_top_k: keep the teacher's k most likely tokens (+ tail mass) instead of its
+            full distribution (None = dense; see the module docstring).
+        distill_agg: aggregation of the distillation term (``seq_mean``, ``token_mean``,
+            ``constant``); None = the policy loss's ``loss_agg``.
         seed: peer-choice generator seed (checkpointed).
-        correct_threshold: reward above which a rollout is a success.
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages for the PG part.
     """
 
@@ -76,11 +94,12 @@ class HSDCredit(SelfConditionedCredit):
         beta: float = 0.5,
         clip: float = 0.05,
         apply_to: Literal["failed", "all"] = "failed",
+        teacher_top_k: int | None = None,
+        distill_agg: Literal["seq_mean", "token_mean", "constant"] | None = None,
         seed: int = 0,
-        correct_threshold: float = 0.5,
         scale_by_std: bool = True,
     ) -> None:
-        super().__init__(seed=seed, correct_threshold=correct_threshold, scale_by_std=scale_by_std)
+        super().__init__(seed=seed, scale_by_std=scale_by_std)
         if apply_to not in ("failed", "all"):
             raise ValueError(f"apply_to must be 'failed' or 'all', got {apply_to!r}")
         if not 0.0 < beta < 1.0:
@@ -93,6 +112,14 @@ class HSDCredit(SelfConditionedCredit):
         self.beta = beta
         self.clip = clip
         self.apply_to = apply_to
+        if teacher_top_k is not None and teacher_top_k < 1:
+            raise ValueError(f"teacher_top_k must be >= 1 or None, got {teacher_top_k}")
+        if distill_agg is not None and distill_agg not in AGGREGATIONS:
+            raise ValueError(
+                f"distill_agg must be one of {sorted(AGGREGATIONS)} or None, got {distill_agg!r}"
+            )
+        self.teacher_top_k = teacher_top_k
+        self.distill_agg = distill_agg
 
     def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
         N, T = rollout.completion_ids.shape
@@ -123,9 +150,16 @@ class HSDCredit(SelfConditionedCredit):
         def jsd_and_teacher(teacher: Tensor, student: Tensor) -> Tensor:  # [m, S, V] x2 -> [m, S, 1 + V]
             return torch.cat([generalized_jsd(teacher, student, self.beta)[..., None], teacher], dim=-1)
 
-        both = self.teacher_scores(scorer, rollout, rows, templates, refs, jsd_and_teacher)  # [N, T, 1 + V]
-        jsd = both[..., 0] if both.dim() == 3 else both  # [N, T] unclipped
-        token_loss = self._token_loss(rollout, rows, both[..., 1:], lengths) if rows else None
+        if self.teacher_top_k is None:  # dense: [N, T, 1 + V]
+            both = self.teacher_scores(scorer, rollout, rows, templates, refs, jsd_and_teacher)
+            jsd = both[..., 0] if both.dim() == 3 else both  # [N, T] unclipped
+            teacher: Tensor | TopK = both[..., 1:]
+        else:  # sparse: JSD [N, T] and the teacher's top-k [N, T, k]
+            jsd, teacher = self.teacher_scores(
+                scorer, rollout, rows, templates, refs,
+                lambda t, s: generalized_jsd(t, s, self.beta), teacher_top_k=self.teacher_top_k,
+            )  # fmt: skip
+        token_loss = self._token_loss(rollout, rows, teacher, lengths) if rows else None
         active = span_mask(rollout, rows, [(0, lengths[i]) for i in rows])  # [N, T] distilled tokens
 
         # ---- metrics
@@ -137,25 +171,39 @@ class HSDCredit(SelfConditionedCredit):
             "frac_answer_only": sum(r is None for r in refs) / len(rows) if rows else math.nan,
         }
         metrics.update(self._divergence_metrics(rollout, rows, refs, jsd))
-        return Credit(advantages=adv[:, None] * mask, metrics=metrics, token_loss=token_loss)
+        return Credit(
+            advantages=adv[:, None] * mask,
+            metrics=metrics,
+            token_loss=token_loss,
+            token_loss_agg=self.distill_agg,
+        )
 
     def _token_loss(
-        self, rollout: Rollout, rows: list[int], teacher: Tensor, lengths: list[int]
+        self, rollout: Rollout, rows: list[int], teacher: Tensor | TopK, lengths: list[int]
     ) -> TokenLoss:
-        """The distillation term over the teacher log-probs [N, T, V] of the distilled ``rows``.
+        """The distillation term against the teacher of the distilled ``rows`` (dense [N, T, V] or top-k).
 
-        Keeps only the distilled rows' distributions (uniform beyond each completion) in the closure.
+        Keeps only the distilled rows' distributions in the closure; positions beyond a row's
+        completion get a placeholder distribution (uniform when dense, all mass in the tail
+        when sparse) so the divergence stays finite where the mask zeroes it.
         """
-        N, T, V = teacher.shape
-        index = torch.as_tensor(rows, device=teacher.device)
-        store = teacher[index].clone()  # [n, T, V]
+        sparse = isinstance(teacher, TopK)
+        device = teacher.logp.device if sparse else teacher.device
+        N, T = rollout.completion_ids.shape
+        index = torch.as_tensor(rows, device=device)
         beyond = (
-            torch.arange(T, device=teacher.device)[None]
-            >= torch.as_tensor([lengths[i] for i in rows], device=teacher.device)[:, None]
+            torch.arange(T, device=device)[None]
+            >= torch.as_tensor([lengths[i] for i in rows], device=device)[:, None]
         )  # [n, T]
-        store[beyond] = -math.log(V)
-        slot = torch.full((N,), -1, dtype=torch.long, device=store.device)
-        slot[index] = torch.arange(len(rows), device=store.device)
+        if sparse:  # [n, T, k + 1] bucket log-probs and [n, T, k] their token ids
+            store = teacher.buckets()[index].clamp(min=LOG_ZERO)
+            ids = teacher.ids[index]
+            store[beyond] = torch.cat([torch.full_like(store[0, 0, :-1], LOG_ZERO), store.new_zeros(1)])
+        else:
+            store = teacher[index].clone()  # [n, T, V]
+            store[beyond] = -math.log(store.shape[-1])
+        slot = torch.full((N,), -1, dtype=torch.long, device=device)
+        slot[index] = torch.arange(len(rows), device=device)
         completion_mask = rollout.completion_mask
         coef, beta, clip = self.distill_coef, self.beta, self.clip
 
@@ -166,9 +214,12 @@ class HSDCredit(SelfConditionedCredit):
             has = where >= 0
             if not bool(has.any()):
                 return out
-            student = F.log_softmax(logits[has].float(), dim=-1)  # [k, T, V] with grad
-            teacher = store[where[has].to(store.device)].to(student.device)  # [k, T, V] constant
-            d = generalized_jsd(teacher, student, beta).clamp(max=clip)  # [k, T]
+            k = where[has].to(device)
+            if sparse:
+                student = bucket_logprobs(logits[has], ids[k].to(logits.device)).clamp(min=LOG_ZERO)
+            else:
+                student = F.log_softmax(logits[has].float(), dim=-1)  # [h, T, V] with grad
+            d = generalized_jsd(store[k].to(student.device), student, beta).clamp(max=clip)  # [h, T]
             m = completion_mask[batch[has].to(completion_mask.device)].to(d.device).float()
             out[has] = coef * d * m
             return out

@@ -68,7 +68,6 @@ class SCGRPOCredit(SelfConditionedCredit):
         c_min: floor of c [paper: 1e-4].
         eps: added to the std of s in all-wrong groups.
         seed: peer-choice generator seed (checkpointed).
-        correct_threshold: reward above which a rollout is correct.
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
     """
 
@@ -80,10 +79,9 @@ class SCGRPOCredit(SelfConditionedCredit):
         c_min: float = 1e-4,
         eps: float = 1e-6,
         seed: int = 0,
-        correct_threshold: float = 0.5,
         scale_by_std: bool = True,
     ) -> None:
-        super().__init__(seed=seed, correct_threshold=correct_threshold, scale_by_std=scale_by_std)
+        super().__init__(seed=seed, scale_by_std=scale_by_std)
         self.template = ContextTemplate(template)
         if "reference" not in self.template.fields:
             raise ValueError("the SC-GRPO template must contain {reference}")

@@ -28,7 +28,7 @@ This module holds what the two share:
     part of the assigner's ``state_dict``, so a resumed run draws the same peers.
 
 ``SelfConditionedCredit``
-    Base class with the sampler, the success test (``reward > correct_threshold``),
+    Base class with the sampler, the success test (the verifier's ``rollout.correct``),
     the group rows, and ``teacher_scores``: builds every view's context and runs
     them all through one ``Scorer.compare`` call (batched in micro-batches).
 
@@ -48,7 +48,7 @@ from torch import Tensor
 
 from lightning_rlvr.credit.base import CreditAssigner
 from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import DivergenceFn, Scorer
+from lightning_rlvr.scoring import DivergenceFn, Scorer, TopK
 
 FIELDS = ("prompt", "reference", "answer")
 _FIELD = re.compile(r"\{(prompt|reference|answer)\}")
@@ -214,19 +214,19 @@ class SelfConditionedCredit(CreditAssigner):
 
     Args:
         seed: seed of the peer-choice generator (its state is checkpointed).
-        correct_threshold: a rollout counts as correct (a success) when its reward exceeds this.
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
     """
 
-    def __init__(self, seed: int = 0, correct_threshold: float = 0.5, scale_by_std: bool = True) -> None:
+    def __init__(self, seed: int = 0, scale_by_std: bool = True) -> None:
         super().__init__(scale_by_std=scale_by_std)
         self.seed = seed
-        self.correct_threshold = correct_threshold
         self.peers = PeerSampler(seed)
 
     def correct(self, rollout: Rollout) -> list[bool]:
-        """[N] whether each row is a verified success."""
-        return (rollout.rewards > self.correct_threshold).tolist()
+        """[N] whether each row is a verified success (the verifier's verdict, not the shaped reward)."""
+        if rollout.correct is None:
+            raise ValueError("a self-conditioned teacher needs the verifier's verdicts (rollout.correct)")
+        return rollout.correct.tolist()
 
     @staticmethod
     def group_rows(rollout: Rollout) -> list[list[int]]:
@@ -245,19 +245,23 @@ class SelfConditionedCredit(CreditAssigner):
         references: list[int | None],
         fn: DivergenceFn,
         spans: list[tuple[int, int]] | None = None,
-    ) -> Tensor:
+        teacher_top_k: int | None = None,
+    ) -> Tensor | tuple[Tensor, TopK]:
         """``fn(teacher, student)`` at the completion tokens of every view, in one ``compare`` call.
 
         View ``v`` scores row ``rows[v]`` under ``templates[v]`` filled with peer
-        ``references[v]``. Returns [N, T] (0 where no view covers a token).
+        ``references[v]``. Returns [N, T] (0 where no view covers a token); with
+        ``teacher_top_k`` also the teacher's sparse distributions (``Scorer.compare``).
         """
         N, T = rollout.completion_ids.shape
-        if not rows:
+        if not rows and teacher_top_k is None:
             return torch.zeros(N, T, device=rollout.completion_ids.device)
         cache: dict[str, Tensor] = {}
         contexts = [
             tpl.build(scorer, rollout, i, ref, cache) for i, tpl, ref in zip(rows, templates, references)
         ]
+        if teacher_top_k is not None:
+            return scorer.compare(contexts, rows, fn, spans, teacher_top_k=teacher_top_k)
         return scorer.compare(contexts, rows, fn, spans)
 
     def state_dict(self) -> dict:

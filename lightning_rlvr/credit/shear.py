@@ -144,7 +144,6 @@ class SHEARCredit(CreditAssigner):
         num_iter: maximum Sinkhorn iterations [proposed: 100].
         tol: Sinkhorn early stop on the row-marginal L1 error, checked every 10 iterations
             [proposed: 1e-3; 0 disables].
-        correct_threshold: a reward above it counts as correct [proposed: 0.5; rewards are binary].
         chunk_elements: at most this many cost entries (pairs * w * w) are solved at once.
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
     """
@@ -159,7 +158,6 @@ class SHEARCredit(CreditAssigner):
         reg: float = 0.05,
         num_iter: int = 100,
         tol: float = 1e-3,
-        correct_threshold: float = 0.5,
         chunk_elements: int = 2**24,
         scale_by_std: bool = True,
     ) -> None:
@@ -179,7 +177,6 @@ class SHEARCredit(CreditAssigner):
         self.reg = reg
         self.num_iter = num_iter
         self.tol = tol
-        self.correct_threshold = correct_threshold
         self.chunk_elements = chunk_elements
 
     # ------------------------------------------------------------------ solver
@@ -191,14 +188,14 @@ class SHEARCredit(CreditAssigner):
     # ------------------------------------------------------------------ weights
     @torch.no_grad()
     def token_weights(
-        self, hidden: Tensor, mask: Tensor, rewards: Tensor, group: Tensor
+        self, hidden: Tensor, mask: Tensor, correct: Tensor, group: Tensor
     ) -> tuple[Tensor, Tensor, int]:
         """SHEAR weights w_{i,t}.
 
         Args:
             hidden: [N, T, H] hidden state of each completion token.
             mask: [N, T] 1 on active completion tokens.
-            rewards: [N]; ``group``: [N] prompt index of each row.
+            correct: [N] bool, the verifier's verdict (``rollout.correct``); ``group``: [N] prompt index.
 
         Returns (weights [N, T] (1 on rows of all-equal groups, 0 on padding),
         weighted [N] bool (rows with a non-empty opposing set), number of span pairs solved).
@@ -208,7 +205,7 @@ class SHEARCredit(CreditAssigner):
         device = hidden.device
         mask = mask.bool()
         lengths = mask.sum(-1).tolist()
-        correct = (rewards > self.correct_threshold).tolist()
+        correct = correct.bool().tolist()
         weights = mask.float().clone()  # [N, T] plain GRPO weight 1 until a group is weighted
         weighted = torch.zeros(N, dtype=torch.bool, device=device)
 
@@ -300,7 +297,7 @@ class SHEARCredit(CreditAssigner):
     def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
         hidden = scorer.policy(hidden=True).hidden  # [N, T, H] fp32, no grad
         mask = rollout.completion_mask  # [N, T]
-        weights, weighted, n_pairs = self.token_weights(hidden, mask, rollout.rewards, rollout.group)
+        weights, weighted, n_pairs = self.token_weights(hidden, mask, rollout.correct, rollout.group)
         adv = self.group_advantages(rollout)  # [N]
         advantages = adv[:, None] * weights * mask  # [N, T]
 

@@ -17,6 +17,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 
 from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
 from lightning_rlvr.data import RLVRDataModule
+from lightning_rlvr.losses import PPOClip
 from lightning_rlvr.rollout import sample
 
 B, G = 4, 4
@@ -59,7 +60,7 @@ def main() -> None:
             group_size=G,
             max_new_tokens=16,
             lr=1e-2,
-            loss_agg=agg,
+            loss=PPOClip(loss_agg=agg),
             validate_at_start=False,
         )
         strategy = (
