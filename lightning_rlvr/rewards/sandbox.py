@@ -131,7 +131,22 @@ def readonly_everything():
 def isolate():
     root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
-    check(LIBC.unshare(C["ns_flags"] | (0 if root else C["userns_flag"])), "unshare")
+    flags = C["ns_flags"] | (0 if root else C["userns_flag"])
+    kinds = ("mnt", "net", "ipc", "uts", "pid_for_children")
+    before = [os.readlink(f"/proc/self/ns/{k}") for k in kinds]
+    if flags != flags & 0x7FFFFFFF:
+        raise OSError(22, f"unshare flags {flags:#x} out of range")
+    check(LIBC.unshare(ctypes.c_int(flags)), "unshare")
+    # never mount anything unless every namespace is new: a mount here must not reach the host
+    def now(kind):
+        try:
+            return os.readlink(f"/proc/self/ns/{kind}")
+        except OSError:  # pid_for_children: not readable until the first child of the new namespace
+            return None
+
+    shared = [k for k, b in zip(kinds, before) if now(k) == b]
+    if shared:
+        raise OSError(22, f"unshare left {shared} shared with the host")
     if not root:
         for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
             with open(f"/proc/self/{name}", "w") as f:
@@ -542,7 +557,7 @@ def wait_init(pid, until):
 OUTPUT, DONE = {}, {}
 try:
     isolate()
-except OSError as e:
+except Exception as e:
     ISO["error"] = str(e)
     if not C["unsafe"]:
         finish("error", f"sandbox isolation unavailable ({e})", isolation_error=True)
