@@ -160,7 +160,25 @@ def test_reading_the_tests_is_impossible():
         def guess():
             return find()
     """)
-    assert TASK.check(finder, problem).reward == 0.0
+    # the worker is a fork of the harness: scan its whole memory and the harness's globals too
+    memory = textwrap.dedent("""
+        import __main__, ctypes, re
+        def guess():
+            found = re.findall(r"[0-9a-f]{32}", repr(vars(__main__)))
+            scanned = 0
+            with open('/proc/self/maps') as maps:
+                regions = [line.split() for line in maps]
+            for r in regions:
+                start, end = (int(x, 16) for x in r[0].split('-'))
+                if r[1].startswith('r') and (len(r) < 6 or not r[5].startswith('[v')):
+                    data = ctypes.string_at(start, end - start)
+                    scanned += len(data)
+                    found += [m.decode() for m in re.findall(rb"guess\\(\\) == '([0-9a-f]{32})'", data)]
+            return found[0] if found else scanned
+    """)
+    scanned = run_tests(memory, "assert guess() > 1 << 20", LIMITS)  # it really read megabytes of memory
+    assert scanned.passed, scanned.summary()
+    assert [v.reward for v, _ in TASK.check_batch([finder, memory], [problem] * 2)] == [0.0, 0.0]
     # the harness gives the candidate its arguments, never the expected values
     echo = "def guess(*a, **k):\n    return str(a) + str(k)\n"
     assert TASK.check(echo, problem).reward == 0.0

@@ -66,12 +66,28 @@ _NAMESPACES = 0x00020000 | 0x04000000 | 0x08000000 | 0x20000000 | 0x40000000
 _USERNS = 0x10000000
 _ISOLATION_EXIT = 112  # init's exit status when it cannot mount a private /proc
 
-# The trusted harness. Reads its config (code, tests, limits) as JSON on stdin, writes one JSON
+# The trusted harness. Reads its config (code, limits), then the tests, as JSON on stdin; writes one JSON
 # verdict line on stdout. It shares no code with the package so that any python3 can run it.
 _HARNESS = r"""
-import ast, builtins, ctypes, fcntl, json, os, resource, select, signal, sys, time, traceback
+import builtins, ctypes, fcntl, json, os, resource, select, signal, sys, time
 T0 = time.monotonic()
-C = json.loads(sys.stdin.buffer.read().decode())
+
+
+def read_exactly(n):
+    # os.read, never a buffered reader: nothing past the config (the tests) may be in memory at the fork
+    data = b""
+    while len(data) < n:
+        chunk = os.read(0, n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+HEADER = b""
+while not HEADER.endswith(b"\n"):
+    HEADER += os.read(0, 1)
+C = json.loads(read_exactly(int(HEADER)).decode())  # everything but the tests, which follow it
 DEADLINE = T0 + C["wall_s"]
 RESULT_FD = os.dup(1)
 os.dup2(2, 1)  # prints of the (trusted) tests go to stderr, never into the verdict channel
@@ -286,7 +302,7 @@ def worker(fds, workdir):
                 print(e.code, file=sys.stderr)
         # with tests, an exit only ends loading: the verdict is the tests', not an exit status
     except BaseException:
-        traceback.print_exc()
+        __import__("traceback").print_exc()
         flush()
         os._exit(1)
     flush()
@@ -458,6 +474,8 @@ class Unsupported:
 
 
 def free_names(src):
+    import ast
+
     loaded, bound = set(), set()
     for node in ast.walk(ast.parse(src)):
         if isinstance(node, ast.Name):
@@ -473,13 +491,30 @@ def free_names(src):
     return loaded - bound - set(dir(builtins))
 
 
-def run_tests():
+def prepare_prompt():
+    # before the fork: the worker inherits the modules the prompt imports (e.g. typing) for free.
+    # The tests are not read yet: the worker's memory must never hold them.
     ns = {"__name__": "__tests__", "__builtins__": builtins}
-    entry = C["entry_point"]
-    if entry:
+    if C["entry_point"]:
         exec(compile(C["prefix"], "prompt.py", "exec"), ns)  # the prompt's own helpers stay trusted
-        ns.pop(entry, None)
-    names = sorted((free_names(C["tests"]) - set(ns)) | ({entry} if entry else set()))
+        ns.pop(C["entry_point"], None)
+    return ns
+
+
+def prepare_tests(ns):
+    # after the fork, in the harness only
+    tests = json.loads(read_exactly(C["tests_bytes"]).decode())
+    entry = C["entry_point"]
+    # with an entry point, check(candidate) reaches the candidate through its argument only
+    names = [entry] if entry else sorted(free_names(tests) - set(ns))
+    return ns, names, compile(tests, "tests.py", "exec")
+
+
+def run_tests(prepared):
+    if isinstance(prepared, BaseException):
+        raise prepared
+    ns, names, tests = prepared
+    entry = C["entry_point"]
     reply = CHANNEL.ask({"op": "names", "names": names})
     found = reply.get("names")
     if type(found) is not dict:
@@ -497,7 +532,7 @@ def run_tests():
             ns[name] = Unsupported(name, kind[1][:50])
     if entry and entry not in ns:
         raise NameError(f"the program does not define {entry}")
-    exec(compile(C["tests"], "tests.py", "exec"), ns)
+    exec(tests, ns)
     if entry:
         ns["check"](ns[entry])
 
@@ -570,6 +605,12 @@ else:
         os.chown(workdir, C["uid"], C["uid"])
 ISO["uid"] = C["uid"] if C["uid"] is not None and not ISO.get("userns") else C["host_uid"]
 ISO["nproc"] = C["rlimits"]["RLIMIT_NPROC"][0]
+PROMPT_NS = None
+if C["mode"] == "tests":
+    try:
+        PROMPT_NS = prepare_prompt()
+    except Exception as e:
+        PROMPT_NS = e
 req_r, req_w = os.pipe()
 resp_r, resp_w = os.pipe()
 out_r, out_w = os.pipe()
@@ -590,7 +631,7 @@ if init == 0:
             try:
                 worker([devnull, out_w, err_w, req_r, resp_w], workdir)
             except BaseException:
-                traceback.print_exc()
+                __import__("traceback").print_exc()
                 flush()
             os._exit(1)
         os.closerange(0, MAXFD)
@@ -615,7 +656,11 @@ if C["mode"] == "script":
 else:
     CHANNEL = Channel(req_w, resp_r)
     try:
-        run_tests()
+        PREPARED = PROMPT_NS if isinstance(PROMPT_NS, BaseException) else prepare_tests(PROMPT_NS)
+    except Exception as e:
+        PREPARED = e
+    try:
+        run_tests(PREPARED)
     except Fault:
         pass
     except BaseException as e:
@@ -875,7 +920,11 @@ def _run(payload: dict, limits: SandboxLimits) -> SandboxResult:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
         )  # fmt: skip
         try:
-            out, err = proc.communicate(json.dumps(config).encode(), timeout=limits.wall_s + 10)
+            # the config, then (read by the harness only after it forked the worker) the tests
+            tests = json.dumps(config.pop("tests")).encode()
+            head = json.dumps({**config, "tests_bytes": len(tests)}).encode()
+            stdin = b"%d\n" % len(head) + head + tests
+            out, err = proc.communicate(stdin, timeout=limits.wall_s + 10)
         except subprocess.TimeoutExpired:  # the harness enforces wall_s itself; this is a backstop
             os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
