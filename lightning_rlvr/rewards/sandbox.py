@@ -878,6 +878,13 @@ def host_shared_paths(max_depth: int = 4) -> tuple[list[str], list[str]]:
     return list(_SHARED[0]), list(_SHARED[1])
 
 
+def _owned(entry: os.DirEntry) -> bool:
+    try:
+        return entry.stat().st_uid == os.getuid()
+    except OSError:
+        return False
+
+
 def _run(payload: dict, limits: SandboxLimits) -> SandboxResult:
     """Run the harness on ``payload`` (code, tests, mode) under ``limits``."""
     start = time.perf_counter()
@@ -888,6 +895,8 @@ def _run(payload: dict, limits: SandboxLimits) -> SandboxResult:
         mb = 1024 * 1024
         # in a user namespace the harness and init count against the namespace's process limit too
         nproc = limits.nproc if root else limits.nproc + 2
+        if limits.unsafe and not root:  # perhaps no user namespace: the limit then counts all our processes
+            nproc += sum(1 for e in os.scandir("/proc") if e.name.isdigit() and _owned(e))
         shared, sockets = host_shared_paths()
         config = {
             **payload,
