@@ -36,10 +36,11 @@ for tools and tests, never a reward.
 
 What it does not do: it has no seccomp filter (the kernel's whole syscall surface is reachable);
 world-readable host files stay readable (read-only), and in the unprivileged (user namespace)
-mode so does every file the trainer's own uid may read; CPU time is limited per process, not per
-run; a candidate can still special-case the inputs it is called with (tests that print their
-inputs in the prompt can be memorised); tests that need objects of the candidate's own classes, or
-pass functions to the candidate, fail (only plain data crosses).
+mode so does every file the trainer's own uid may read; a unix socket created after the walk (or
+deeper than it) stays reachable; CPU time is limited per process, not per run; a candidate can
+still special-case the inputs it is called with (tests whose inputs appear in the prompt can be
+memorised); tests that need objects of the candidate's own classes, or pass functions to the
+candidate, fail (only plain data crosses).
 """
 
 from __future__ import annotations
