@@ -407,3 +407,30 @@ def test_tests_never_enter_the_sandbox():
         LIMITS,
     )
     assert result.passed and stat.S_ISREG(os.stat(__file__).st_mode)
+
+
+def test_loops_memory_and_host_files(canary_dir):
+    canary = canary_dir / "canary.txt"
+    canary.write_text("alive")
+    os.chmod(canary, 0o644)
+    home = os.path.expanduser("~")
+    target = os.path.join(home, f"sandbox-canary-{uuid.uuid4().hex}")
+    attacks = [
+        "while True:\n    pass\n",  # at load
+        "def square(x):\n    while True:\n        pass\n",  # inside a call
+        "x = bytearray(10 * 2**30)\nx[-1] = 1\n",
+        f"import os\nos.remove({str(canary)!r})\n",
+        f"import shutil\nshutil.rmtree({str(canary_dir)!r})\n",
+        f"import os, subprocess\nsubprocess.run(['rm', '-rf', {str(canary_dir)!r}])\n"
+        f"assert not os.path.exists({str(canary)!r})\n",
+        f"open({str(canary)!r}, 'w').write('overwritten')\n",
+        f"open({target!r}, 'w').write('pwned')\n",
+    ]
+    verdicts = TASK.check_batch([a + GOOD if "def square" not in a else a for a in attacks], [ASSERTS] * 8)
+    assert [v.reward for v, _ in verdicts] == [0.0] * len(attacks)
+    assert [v.feedback for v, _ in verdicts[:2]] == ["timeout", "timeout"]
+    assert canary.read_text() == "alive" and not os.path.exists(target)
+    # the file is visible (read-only), and the run's own home is its writable work dir
+    visible = f"assert open({str(canary)!r}).read() == 'alive'\n"
+    in_home = "import os\np = os.path.expanduser('~/y')\nopen(p, 'w').write('')\nassert os.path.exists(p)\n"
+    assert rewards([visible + GOOD, in_home + GOOD], ASSERTS) == [1.0, 1.0]
