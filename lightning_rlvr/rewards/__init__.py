@@ -2,7 +2,7 @@
 
 from lightning_rlvr.rewards.math import completion_answer, math_equal, math_reward, reference_answer
 from lightning_rlvr.rewards.overlong import OverlongPenalty, RewardShaper
-from lightning_rlvr.rewards.sandbox import SandboxLimits, SandboxResult, run_python, sandbox_report
+from lightning_rlvr.rewards.sandbox import SandboxLimits, SandboxResult, run_python, run_tests, sandbox_report
 
 __all__ = [
     "OverlongPenalty",
@@ -14,5 +14,6 @@ __all__ = [
     "math_reward",
     "reference_answer",
     "run_python",
+    "run_tests",
     "sandbox_report",
 ]
