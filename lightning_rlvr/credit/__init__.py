@@ -5,6 +5,7 @@ from lightning_rlvr.credit.dr_grpo import DrGRPOCredit
 from lightning_rlvr.credit.grpo import GRPOCredit
 from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.hsd import HSDCredit
+from lightning_rlvr.credit.mc import MonteCarloCredit
 from lightning_rlvr.credit.rredcot import RREDCoTCredit
 from lightning_rlvr.credit.sc_grpo import SCGRPOCredit
 from lightning_rlvr.credit.shear import SHEARCredit
@@ -16,6 +17,7 @@ __all__ = [
     "GRPOCredit",
     "HPRLVRCredit",
     "HSDCredit",
+    "MonteCarloCredit",
     "RREDCoTCredit",
     "SCGRPOCredit",
     "SHEARCredit",
