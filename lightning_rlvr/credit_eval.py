@@ -335,13 +335,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_METHODS,
         help="method YAML files or globs (named by file stem)",
     )
-    p.add_argument("--prompts", type=int, default=48, help="held-out prompts P (default 48)")
+    p.add_argument("--prompts", type=int, default=32, help="held-out prompts P (default 32)")
     p.add_argument(
         "--split", default="test", choices=["train", "val", "test"], help="task split (default test)"
     )
     p.add_argument("--group-size", type=int, default=None, help="G (default: the checkpoint's, at least 2)")
     p.add_argument("--batch-prompts", type=int, default=16, help="prompts sampled and scored together")
-    p.add_argument("--oracle-samples", type=int, default=16, help="continuations per cut of the MC oracle")
+    p.add_argument(
+        "--oracle-samples", type=int, default=8, help="continuations per cut of the MC oracle (default 8)"
+    )
     p.add_argument("--oracle-every", type=int, default=4, help="the MC oracle cuts every this many tokens")
     p.add_argument(
         "--window", type=int, default=2, help="d: localisation counts tokens within +-d of the error"

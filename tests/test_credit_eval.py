@@ -193,3 +193,33 @@ def test_credit_eval_rejects_a_group_of_one(tiny_ckpt, tmp_path, capsys):
                 + ["--group-size", "1", "--out", str(tmp_path)])  # fmt: skip
     assert exit_info.value.code == 2
     assert "group-size" in capsys.readouterr().err
+
+
+def test_a_distillation_loss_counts_as_negative_credit_at_the_rollout_time_policy():
+    from lightning_rlvr.credit.base import Credit
+    from lightning_rlvr.credit_view import method_credit
+    from tests.rollouts import rollout_from_ids
+
+    rollout = rollout_from_ids(
+        [[5, 6]], [[1, 2, 3, 9], [1, 9]], pad=0, eos=9, group_size=2, rewards=[1.0, 0.0]
+    )
+    V = 10
+    logits_seen = []
+
+    class FixedScorer:
+        def policy_logprobs(self, rows):
+            return torch.log_softmax(torch.arange(V, dtype=torch.float).expand(len(rows), 4, V), -1)
+
+    def token_loss(logits, rows):  # the loss sees the rollout-time log-probs, one row each
+        logits_seen.append(logits)
+        return torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8]])[rows]
+
+    adv = torch.tensor([[1.0, 1.0, 1.0, 1.0], [-1.0, -1.0, 0.0, 0.0]])
+    credit, loss = method_credit(Credit(adv, token_loss=token_loss), rollout, FixedScorer())
+    mask = rollout.completion_mask.float()
+    expected_loss = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.0, 0.0]])
+    assert torch.allclose(loss, expected_loss * mask)
+    assert torch.allclose(credit, (adv - expected_loss) * mask)
+    assert logits_seen[0].shape == (2, 4, V)
+    plain, none = method_credit(Credit(adv), rollout, FixedScorer())
+    assert none is None and torch.equal(plain, adv * mask)
