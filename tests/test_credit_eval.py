@@ -223,3 +223,30 @@ def test_a_distillation_loss_counts_as_negative_credit_at_the_rollout_time_polic
     assert logits_seen[0].shape == (2, 4, V)
     plain, none = method_credit(Credit(adv), rollout, FixedScorer())
     assert none is None and torch.equal(plain, adv * mask)
+
+
+def test_degenerate_groups_are_recorded_as_undefined_not_nan():
+    """An all-equal group (GRPO credit 0 everywhere), a rollout without a known error, an empty one."""
+    from types import SimpleNamespace
+
+    from tests.rollouts import rollout_from_ids
+
+    rollout = rollout_from_ids(
+        [[5, 6]], [[1, 2, 3, 9], [1, 9], []], pad=0, eos=9, group_size=3, rewards=[0.0, 0.0, 0.0]
+    )
+    T = rollout.completion_ids.shape[1]
+    zero = SimpleNamespace(
+        name="grpo", cls="GRPOCredit", advantages=torch.zeros(3, T), forward_tokens=0, seconds=0.0
+    )
+    oracle = torch.tensor([[0.0, -0.5, 0.0, 0.0], [0.2, 0.2, 0.0, 0.0], [0.0] * 4])
+    records: dict = {}
+    ce.record_batch(records, [zero], oracle, [2, None, None], rollout, group_offset=0, d=1)
+    r = records["grpo"]
+    assert r.spearman == [None, None] and r.sign == [None, None]  # the empty rollout is skipped
+    assert r.loc == [pytest.approx(3 / 4)] and r.loc_uniform == [
+        pytest.approx(3 / 4)
+    ]  # only row 0 has an error
+    rows = ce.summaries(records, n_groups=1, n_boot=10, seed=0)
+    table = ce.markdown(rows, [], {"x": 1}, d=1)
+    assert "nan" not in table.lower() and "undefined (constant credit in every rollout)" in table
+    assert "undefined (zero credit)" in table
