@@ -162,15 +162,27 @@ def record_claims(
     claims: dict[str, Claim], views, errors, rollout, grpo: Tensor, group_offset: int, d: int
 ) -> None:
     """SHEAR: mean token weight (span distance / mean hidden norm) after the first error minus before.
+    SHEAR control: the same on the group's CORRECT rollouts, cut at the median first error of the
+    group's failed ones (a rollout with no error: a margin there means position, not divergence).
     HSD: share of the distillation loss within +-d tokens of the first error minus the uniform share."""
     lengths = rollout.lengths.tolist()
+    group_errors: dict[int, list[int]] = {}
+    for i, e in enumerate(errors):
+        if e is not None:
+            group_errors.setdefault(int(rollout.group[i]), []).append(e)
     for v in views:
         for i, L in enumerate(lengths):
             e = errors[i]
+            g = group_offset + int(rollout.group[i])
+            mixed = abs(float(grpo[i])) > 0  # the opposite side exists
+            if v.cls == "SHEARCredit" and mixed and e is None and bool(rollout.correct[i]):
+                peers = sorted(group_errors.get(int(rollout.group[i]), []))
+                split = mean_before_after(v.weights[i, :L], peers[len(peers) // 2]) if peers else None
+                if split is not None:
+                    claims["shear_control"].add(g, split[1] - split[0])
             if e is None:
                 continue
-            g = group_offset + int(rollout.group[i])
-            if v.cls == "SHEARCredit" and abs(float(grpo[i])) > 0:  # a mixed group: the opposite side exists
+            if v.cls == "SHEARCredit" and mixed:
                 split = mean_before_after(v.weights[i, :L], e)
                 if split is not None:
                     claims["shear"].add(g, split[1] - split[0])
@@ -378,6 +390,10 @@ def run(args: argparse.Namespace) -> dict:
     claims = {
         "shear": Claim(
             "SHEAR", "span distance to the opposite group larger after the first error than before"
+        ),
+        "shear_control": Claim(
+            "SHEAR control",
+            "the same on correct rollouts, cut at the median first error of their failed peers",
         ),
         "hsd": Claim(
             "HSD", "distillation signal concentrated within +-d tokens of the first error (vs uniform)"
