@@ -16,7 +16,11 @@ where they diverge marked: the place hindsight and contrastive methods are
 meant to single out. A method that needs group structure the group lacks (no
 correct rollout, say) falls back to GRPO-like weights; that is its behaviour,
 not the view's. Only the verifier's reward is used: a method's reward shaping
-(DAPO's overlong penalty) and extra losses (HSD's distillation) are not drawn.
+(DAPO's overlong penalty) is not drawn. A distillation-style method's per-token
+loss (HSD's teacher-student divergence) IS its credit: ``method_credit`` adds it,
+evaluated at the rollout-time policy, to the token advantages with a minus sign
+(the loss pushes down the tokens the teacher disagrees with), so HSD's weights
+show where its distillation acts.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import argparse
 import glob
 import html
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +38,7 @@ import torch
 import yaml
 from torch import Tensor
 
-from lightning_rlvr.credit.base import CreditAssigner
+from lightning_rlvr.credit.base import Credit, CreditAssigner
 from lightning_rlvr.objectives import group_advantages
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import Scorer
@@ -89,29 +95,73 @@ def nearest_correct_peer(tokens: list[list[int]], rewards: list[float], row: int
     return best
 
 
+def method_credit(out: Credit, rollout: Rollout, scorer: Scorer) -> tuple[Tensor, Tensor | None]:
+    """A method's per-token credit [N, T], and its per-token loss [N, T] (None without one).
+
+    The credit is the method's advantages minus its per-token loss when it has one.
+
+    The per-token loss of a distillation-style method (``Credit.token_loss``) is evaluated at the
+    rollout-time policy (the scorer's next-token log-probs stand in for the student's logits;
+    ``log_softmax`` is unchanged by that) and counted as negative credit: it is the signal that
+    pushes those tokens' probabilities towards the teacher. 0 on padding.
+    """
+    mask = rollout.completion_mask
+    adv = out.advantages.detach().float()
+    if out.token_loss is None:
+        return adv * mask, None
+    rows = torch.arange(rollout.num_rows, device=adv.device)
+    with torch.no_grad():
+        loss = out.token_loss(scorer.policy_logprobs(rows), rows).float() * mask  # [N, T]
+    return (adv - loss) * mask, loss
+
+
 @dataclass
 class MethodView:
     name: str
     cls: str
     weights: Tensor  # [N, T]
-    advantages: Tensor  # [N, T]
+    advantages: Tensor  # [N, T] the method's credit (advantages, minus its per-token loss if any)
     metrics: dict[str, float]
-    extra_loss: bool  # the method also adds a per-token loss (not drawn)
+    extra_loss: bool  # the method adds a per-token loss (included in ``advantages``)
+    forward_tokens: int = 0  # tokens the method ran through the model (incl. sampled ones)
+    generated_tokens: int = 0  # of which sampled (Monte-Carlo continuations)
+    seconds: float = 0.0  # wall time of its ``assign``
+    token_loss: Tensor | None = None  # [N, T] its per-token loss at the rollout-time policy, if any
 
 
 def assign_all(
-    methods: dict[str, CreditAssigner], rollout: Rollout, scorer: Scorer
+    methods: dict[str, CreditAssigner], rollout: Rollout, scorer: Scorer | Callable[[], Scorer]
 ) -> tuple[Tensor, list[MethodView]]:
-    """Run every method on the same rollout and scorer: (GRPO advantages [N], one view per method)."""
+    """Run every method on the same rollout: (GRPO advantages [N], one view per method).
+
+    ``scorer`` is one shared ``Scorer`` or a factory giving each method a fresh one (then each
+    method's cost includes its own policy pass).
+    """
     grpo = group_advantages(rollout.rewards, rollout.group, scale=True)
     views = []
     for name, credit in methods.items():
+        sc = scorer() if callable(scorer) and not isinstance(scorer, Scorer) else scorer
+        tokens, generated = sc.forward_tokens, sc.generated_tokens
+        start = time.perf_counter()
         with torch.no_grad():
-            out = credit.assign(rollout, scorer)
-        adv = out.advantages.detach().float() * rollout.completion_mask
-        extra = out.token_loss is not None
+            out = credit.assign(rollout, sc)
+        seconds = time.perf_counter() - start
+        tokens, generated = sc.forward_tokens - tokens, sc.generated_tokens - generated
+        adv, loss = method_credit(out, rollout, sc)
+        extra = loss is not None
         views.append(
-            MethodView(name, type(credit).__name__, token_weights(adv, grpo), adv, out.metrics, extra)
+            MethodView(
+                name,
+                type(credit).__name__,
+                token_weights(adv, grpo),
+                adv,
+                out.metrics,
+                extra,
+                tokens,
+                generated,
+                seconds,
+                loss,
+            )
         )
     return grpo, views
 
@@ -189,7 +239,7 @@ def render_html(
     ]
     if note:
         parts.append(f"<p class='meta'>{html.escape(note)}</p>")
-    extra = "; adds a per-token loss not drawn here"
+    extra = "; its per-token loss is drawn as negative credit"
     methods = ", ".join(
         f"<b>{html.escape(v.name)}</b> ({v.cls}{extra if v.extra_loss else ''})" for v in views
     )
@@ -275,18 +325,29 @@ def method_files(patterns: list[str]) -> list[Path]:
     return files
 
 
-def main(argv: list[str] | None = None) -> Path:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+def load_module_and_methods(ckpt: str | Path, patterns: list[str]):
+    """The checkpoint's ``RLVRModule`` (CPU, eval) and each method file's credit assigner, by file stem.
+
+    A method of the checkpoint's own class also gets the checkpoint's credit state (baselines).
+    """
     from lightning_rlvr.module import RLVRModule
 
-    module = RLVRModule.load_from_checkpoint(args.ckpt, map_location="cpu").eval()
+    module = RLVRModule.load_from_checkpoint(ckpt, map_location="cpu").eval()
     methods: dict[str, CreditAssigner] = {}
-    for path in method_files(args.methods):
+    for path in method_files(patterns):
         credit = load_credit(path)
         if type(credit) is type(module.credit):  # same method as the checkpoint: its state too (baselines)
             credit.load_state_dict(module.credit.state_dict())
         methods[path.stem] = credit
+    return module, methods
+
+
+def main(argv: list[str] | None = None) -> Path:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from lightning_rlvr.continuations import GenerateSampler
+
+    module, methods = load_module_and_methods(args.ckpt, args.methods)
     problem = module.task.problem(args.split, args.prompt_index)
     G = args.group_size or max(module.group_size, 2)
     if args.temperature is not None:
@@ -294,7 +355,9 @@ def main(argv: list[str] | None = None) -> Path:
     torch.manual_seed(args.seed)
     rollout = module.rollout([problem], G)
     module.verify(rollout)
-    scorer = Scorer(module.model, rollout, module.tokenizer, module.micro_batch_size)
+    scorer = Scorer(
+        module.model, rollout, module.tokenizer, module.micro_batch_size, sampler=GenerateSampler.of(module)
+    )
     grpo, views = assign_all(methods, rollout, scorer)
     title = f"Credit view: {Path(args.ckpt).name}, {args.split} prompt {args.prompt_index}, G = {G}"
     note = f"checkpoint {args.ckpt} (its method: {type(module.credit).__name__}); sampling seed {args.seed}"

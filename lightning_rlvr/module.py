@@ -36,6 +36,7 @@ import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor
 
+from lightning_rlvr.continuations import GenerateSampler
 from lightning_rlvr.credit.base import Credit, CreditAssigner, rank_state
 from lightning_rlvr.credit.grpo import GRPOCredit
 from lightning_rlvr.distributed import all_sum, any_rank, shard_policy, world_size
@@ -267,7 +268,8 @@ class RLVRModule(LightningModule):
         verify_s = sampling.pop("verify_s")
         t1 = time.perf_counter() - verify_s  # generation ends here; verification counts as scoring
         self.verifier_errors += errors
-        scorer = Scorer(self.model, rollout, self.tokenizer, self.micro_batch_size)
+        sampler = GenerateSampler.of(self)  # continuations for Monte-Carlo credit (sampled only on request)
+        scorer = Scorer(self.model, rollout, self.tokenizer, self.micro_batch_size, sampler=sampler)
         old_logp = None  # [N, T] rollout-time log-probs, when the update needs them (module docstring)
         if self.ppo_epochs > 1 or self.minibatches > 1 or self.loss.needs_old_logp(rollout.engine_logp):
             old_logp = scorer.policy(hidden=self.credit.uses_hidden_states).logp  # shared with the credit

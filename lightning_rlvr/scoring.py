@@ -15,6 +15,10 @@ everything it returns comes from the weights that generated the rollout.
   (about 30 GB at V = 150k, T = 1,024, N = 48).
 * ``sequence_logprobs(sequences, n_targets)`` -- log-probs of the last tokens
   of arbitrary sequences (e.g. a reference answer after a partial chain).
+* ``continue_and_verify(rows, cuts, n)`` -- ``n`` continuations of each row's
+  completion cut after ``cuts[k]`` tokens, sampled from the same policy and
+  verified by the task (Monte-Carlo values). Only when the module passed a
+  ``sampler`` (``lightning_rlvr/continuations.py``); counted in ``generated_tokens``.
 
 Position convention: the logit at position ``j`` predicts token ``j + 1``. In
 a sequence ``[context (Lc tokens); completion]`` completion token ``t`` is
@@ -28,13 +32,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from lightning_rlvr.distributed import max_over_ranks
+from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.rollout import Rollout, position_ids
+
+if TYPE_CHECKING:
+    from lightning_rlvr.continuations import ContinuationSampler
 
 DivergenceFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -150,10 +159,18 @@ class Scorer:
         micro_batch_size: rows (or views) per forward pass.
         cache_bytes: full next-token distributions of the rollout are kept for
             ``compare`` when they fit in this many bytes, else recomputed per micro-batch.
+        sampler: samples and verifies continuations of completion prefixes (for
+            ``continue_and_verify``); None when the caller offers no sampling.
     """
 
     def __init__(
-        self, model, rollout: Rollout, tokenizer=None, micro_batch_size: int = 64, cache_bytes: int = 2**28
+        self,
+        model,
+        rollout: Rollout,
+        tokenizer=None,
+        micro_batch_size: int = 64,
+        cache_bytes: int = 2**28,
+        sampler: ContinuationSampler | None = None,
     ) -> None:
         self.model = model
         self.rollout = rollout
@@ -162,7 +179,9 @@ class Scorer:
         self.cache_bytes = cache_bytes
         self._pass: PolicyPass | None = None
         self._student_logp: Tensor | None = None  # [N, T, V] when it fits in cache_bytes
+        self.sampler = sampler
         self.forward_tokens = 0  # tokens run through the model by this scorer (extra cost to log)
+        self.generated_tokens = 0  # of which sampled by ``continue_and_verify``
 
     def encode(self, text: str) -> Tensor:
         """Token ids of ``text`` (no special tokens) on the rollout's device: [L]."""
@@ -201,6 +220,11 @@ class Scorer:
     @property
     def has_policy_pass(self) -> bool:
         return self._pass is not None
+
+    @_scoring
+    def policy_logprobs(self, rows: Tensor) -> Tensor:
+        """Full next-token log-probs [m, T, V] of the completions of ``rows`` (e.g. for a ``token_loss``)."""
+        return self._student(rows)
 
     def _student(self, rows: Tensor) -> Tensor:
         """Full next-token log-probs [m, T, V] of the rollout's own completions for ``rows``."""
@@ -322,6 +346,29 @@ class Scorer:
                 n = n_targets[i]
                 results.append(logp[j, logp.shape[1] - n :] if n else logp[j, :0])
         return results
+
+    # ------------------------------------------------------------------ sampling
+    @_scoring
+    def continue_and_verify(self, rows: list[int], cuts: list[int], n: int) -> Tensor:
+        """Rewards [K, n] of ``n`` verified continuations of each ``completion[rows[k], :cuts[k]]``.
+
+        The context is the row's own prompt and the first ``cuts[k]`` completion tokens; the
+        continuation is sampled from this scorer's policy and the whole completion (prefix +
+        continuation) goes to the task's verifier.
+        """
+        if self.sampler is None:
+            raise RLVRError(
+                "this credit method samples continuations, but the Scorer was built without a sampler; "
+                "build it with sampler=GenerateSampler.of(module) (lightning_rlvr/continuations.py)"
+            )
+        r = self.rollout
+        prompts = [r.prompt_tokens(i) for i in rows]
+        prefixes = [r.completion_ids[i, :c] for i, c in zip(rows, cuts)]
+        problems = [r.problems[int(r.group[i])] for i in rows]
+        out = self.sampler(prompts, prefixes, problems, n)
+        self.forward_tokens += out.forward_tokens
+        self.generated_tokens += out.generated_tokens
+        return out.rewards
 
 
 class TeacherScorer(Scorer):

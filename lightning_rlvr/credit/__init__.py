@@ -6,6 +6,7 @@ from lightning_rlvr.credit.grpo import GRPOCredit
 from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.hsd import HSDCredit
 from lightning_rlvr.credit.ktae import KTAECredit
+from lightning_rlvr.credit.mc import MonteCarloCredit
 from lightning_rlvr.credit.opd import OPDCredit
 from lightning_rlvr.credit.opsd import OPSDCredit
 from lightning_rlvr.credit.rredcot import RREDCoTCredit
@@ -21,6 +22,7 @@ __all__ = [
     "HPRLVRCredit",
     "HSDCredit",
     "KTAECredit",
+    "MonteCarloCredit",
     "OPDCredit",
     "OPSDCredit",
     "RREDCoTCredit",

@@ -73,6 +73,27 @@ class AdditionTask(Task):
     def size(self, split: str) -> int | None:
         return None
 
+    def first_error(self, completion: str, problem: Problem) -> int | None:
+        """Where a failed completion first departs from the worked carry chain (character offset).
+
+        The task's step format ``da+db+c=SS;`` (least significant digit first, then
+        ``; answer:<sum>``) admits exactly one correct derivation per problem: every digit,
+        carry and partial sum is forced by the operands. So the first error of a completion
+        is its longest common prefix with ``addition_solution(a, b)``: the first character
+        that differs (a wrong digit, carry or sum, or a broken format), or ``len(completion)``
+        when the completion is a proper prefix of the solution (it stopped too early).
+        None for a correct completion.
+        """
+        if self.check(completion, problem).correct:
+            return None
+        reference = addition_solution(problem.meta["a"], problem.meta["b"], self.digits)
+        n = 0
+        for x, y in zip(completion, reference):
+            if x != y:
+                break
+            n += 1
+        return n
+
     def check(self, completion: str, problem: Problem) -> Verdict:
         got = extract_answer(completion)
         if got is None:

@@ -84,6 +84,17 @@ class Task:
             raise ValueError(f"{len(completions)} completions but {len(problems)} problems")
         return [safe_check(self, c, p) for c, p in zip(completions, problems)]
 
+    def first_error(self, completion: str, problem: Problem) -> int | None:
+        """Character offset in ``completion`` where a failed completion first goes wrong, or None.
+
+        Defined only for tasks that can check a derivation step by step (procedural tasks with a
+        worked solution): the offset of the first character after which no correct derivation
+        in the task's format can continue. ``len(completion)`` means the text itself was right
+        but stopped (the error is the end of the completion: its EOS). None when the completion
+        is correct, or when the task cannot tell (the default).
+        """
+        return None
+
     def train_problem(self, step_index: int) -> Problem:
         """The problem at position ``step_index`` of the training stream (cycles a finite split)."""
         n = self.size("train")

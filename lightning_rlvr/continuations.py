@@ -1,0 +1,147 @@
+"""Continuations of partial completions, sampled from the rollout-time policy and verified.
+
+Monte-Carlo value estimates (VinePPO-style credit, ``credit/mc.py``) need what
+no other method needs: to *sample* from the policy again, starting from a cut
+of a completion, and to *verify* the finished texts with the task. This file is
+the one place that does it. A ``ContinuationSampler`` is any callable
+
+    sampler(prompts, prefixes, problems, n) -> Continued
+
+that, for each of K (prompt ids, completion-prefix ids, problem) triples,
+samples ``n`` continuations and returns their verified rewards [K, n]. The
+module builds one per step (``GenerateSampler.of(module)``) and hands it to the
+``Scorer``; credit assigners reach it only through ``Scorer.continue_and_verify``.
+When the rollout engine moves off ``generate``, only ``GenerateSampler`` changes.
+
+Choices: a continuation gets the rollout's own budget minus the prefix
+(``max_new_tokens - len(prefix)``), so a finished text is never longer than a
+rollout could be; it is decoded *together with* its prefix, skipping special
+tokens, exactly as ``sample`` decodes a completion, and scored by the task's
+``check_batch`` (a raising verifier gives reward 0, as in training). Sampling
+uses the module's temperature / top-p / top-k and the global torch RNG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from lightning_rlvr.distributed import max_over_ranks, world_size
+from lightning_rlvr.scoring import left_pad
+from lightning_rlvr.tasks.base import Problem, Task
+
+
+@dataclass
+class Continued:
+    """Verified continuations of K prefixes, ``n`` each."""
+
+    rewards: Tensor  # [K, n] verifier rewards of prefix + continuation
+    correct: Tensor  # [K, n] bool, the verifier's ``Verdict.correct``
+    generated_tokens: int  # new tokens sampled
+    forward_tokens: int  # context (prefill) + new tokens run through the model
+
+
+class ContinuationSampler(Protocol):
+    def __call__(
+        self, prompts: list[Tensor], prefixes: list[Tensor], problems: list[Problem], n: int
+    ) -> Continued: ...
+
+
+class GenerateSampler:
+    """Continuations with Hugging Face ``generate`` (KV cache), verified by the task.
+
+    Args:
+        model: the rollout-time policy (its weights must not change while the sampler is used).
+        tokenizer: its tokenizer (pad / EOS ids, decoding).
+        task: the verifier.
+        max_new_tokens: the rollout budget; a continuation of a k-token prefix gets ``max_new_tokens - k``.
+        temperature, top_p, top_k: sampling, as in rollouts.
+        micro_batch_size: sequences per ``generate`` call.
+        synced: keep every rank generating until all are done (FSDP); every rank then also
+            makes the same number of calls (a rank with fewer prefixes runs one-token dummies).
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        task: Task,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        micro_batch_size: int = 128,
+        synced: bool = False,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.task = task
+        self.max_new_tokens = max_new_tokens
+        self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
+        self.micro_batch_size = max(1, micro_batch_size)
+        self.synced = synced
+
+    @classmethod
+    def of(cls, module) -> GenerateSampler:
+        """The sampler of an ``RLVRModule`` at this step: its policy, task, budget and sampling settings."""
+        return cls(
+            module.model,
+            module.tokenizer,
+            module.task,
+            module.max_new_tokens,
+            micro_batch_size=module.micro_batch_size,
+            synced=world_size() > 1,
+            **module.sampling,
+        )
+
+    def _generate(self, ids: Tensor, mask: Tensor, budget: int) -> Tensor:
+        out = self.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            max_new_tokens=max(budget, 1),
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id,
+            use_cache=True,
+            synced_gpus=self.synced,
+            **self.sampling,
+        )
+        return out[:, ids.shape[1] :]  # [m, <= budget]
+
+    @torch.no_grad()
+    def __call__(
+        self, prompts: list[Tensor], prefixes: list[Tensor], problems: list[Problem], n: int
+    ) -> Continued:
+        K = len(prompts)
+        items = [(k, j) for k in range(K) for j in range(n)]  # one sequence each
+        chunks = [items[i : i + self.micro_batch_size] for i in range(0, len(items), self.micro_batch_size)]
+        device = prompts[0].device if prompts else next(self.model.parameters()).device
+        missing = max_over_ranks(len(chunks), device) - len(chunks)
+        texts: list[str] = [""] * len(items)
+        generated = forward = 0
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        for c, chunk in enumerate(chunks):
+            seqs = [torch.cat([prompts[k], prefixes[k]]) for k, _ in chunk]
+            ids, mask = left_pad(seqs, pad)
+            budgets = [self.max_new_tokens - len(prefixes[k]) for k, _ in chunk]
+            new = self._generate(ids, mask, max(budgets))
+            forward += int(mask.sum())
+            for m, ((k, _), budget) in enumerate(zip(chunk, budgets)):
+                cont = new[m, : max(budget, 0)]
+                ends = (cont == eos).nonzero()
+                if len(ends):
+                    cont = cont[: int(ends[0]) + 1]  # up to and including the first EOS
+                generated += len(cont)
+                full = torch.cat([prefixes[k], cont])
+                texts[c * self.micro_batch_size + m] = self.tokenizer.decode(full, skip_special_tokens=True)
+        forward += generated
+        for _ in range(missing):  # FSDP: join the other ranks' generate calls
+            one = torch.full((1, 1), eos, dtype=torch.long, device=device)
+            self._generate(one, torch.ones_like(one), 1)
+        results = self.task.check_batch(texts, [problems[k] for k, _ in items]) if items else []
+        rewards = torch.tensor([float(v.reward) for v, _ in results], dtype=torch.float32).view(K, n)
+        correct = torch.tensor([bool(v.correct) for v, _ in results], dtype=torch.bool).view(K, n)
+        return Continued(rewards.to(device), correct.to(device), generated, forward)

@@ -1,0 +1,158 @@
+"""Monte-Carlo credit (VinePPO-style): segment advantages from sampled values of prefixes.
+
+The value of a prefix is estimated by what the policy itself makes of it: from
+``[prompt; o_{<b}]`` sample M continuations with the rollout-time policy,
+verify each finished completion with the task, and average the rewards:
+
+    V(b)   = mean_m r(o_{<b} + continuation_m)           (0 < b < L)
+    V(0)   = mean over M continuations from the prompt   (one estimate per group)
+    V(L)   = the rollout's own reward r_i
+    A_{i,t} = V(b_{k+1}) - V(b_k)   for t in segment k = [b_k, b_{k+1})
+
+Over a rollout the segment advantages telescope to r_i - V(0), the group
+baseline GRPO uses, so MC credit is GRPO's advantage split over segments by
+how much each one moved the chance of success. With ``scale_by_std`` every
+advantage of a group is divided by the std of the group's rewards (+1e-6), as
+GRPO scales (``False``: raw value differences, as VinePPO uses them). A group
+whose rewards are all equal is not skipped: its segments keep their raw V
+differences (its std is 0), the only signal such a group carries.
+
+Boundaries are a constructor choice: ``segment="tokens"`` cuts every ``every``
+tokens; ``segment="steps"`` cuts after each token whose text contains one of
+``delimiters`` (a newline, or ";" in the addition task's carry chain). At most
+``max_segments`` segments per rollout (evenly thinned interior cuts otherwise)
+bound the cost: each interior cut costs M continuations. Prefixes that are
+token-identical within a group (rollouts that agree on their first steps) are
+estimated once and shared.
+
+The extra generation is this method's cost; ``credit/generated_tokens`` and
+``credit/continuations`` log it. Sampling goes through
+``Scorer.continue_and_verify``, which under FSDP makes every rank join the same
+number of ``generate`` calls.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from lightning_rlvr.credit.base import Credit, CreditAssigner
+from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.objectives import group_mean_std
+from lightning_rlvr.rollout import Rollout
+from lightning_rlvr.scoring import Scorer
+
+
+class MonteCarloCredit(CreditAssigner):
+    """Segment advantages from Monte-Carlo values of completion prefixes (see the module docstring).
+
+    Args:
+        num_samples: M, continuations per cut [proposed: 4].
+        segment: ``steps`` (cut after delimiter tokens) or ``tokens`` (every ``every`` tokens).
+        every: segment length for ``segment="tokens"`` [proposed: 8].
+        delimiters: texts that end a step for ``segment="steps"`` [proposed: newline and ";"].
+        max_segments: most segments per rollout (cost bound).
+        scale_by_std: divide by the group's reward std (GRPO-normalised) or not (raw V differences).
+    """
+
+    def __init__(
+        self,
+        num_samples: int = 4,
+        segment: Literal["steps", "tokens"] = "steps",
+        every: int = 8,
+        delimiters: list[str] | None = None,
+        max_segments: int = 16,
+        scale_by_std: bool = True,
+    ) -> None:
+        super().__init__(scale_by_std=scale_by_std)
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if segment not in ("steps", "tokens"):
+            raise ValueError(f"segment must be 'steps' or 'tokens', got {segment!r}")
+        if every < 1 or max_segments < 1:
+            raise ValueError("every and max_segments must be >= 1")
+        self.num_samples = num_samples
+        self.segment = segment
+        self.every = every
+        self.delimiters = list(delimiters) if delimiters is not None else ["\n", ";"]
+        self.max_segments = max_segments
+
+    # ------------------------------------------------------------------ boundaries
+    def cuts(self, tokens: list[int], scorer: Scorer | None = None) -> list[int]:
+        """Interior cut positions 0 < b < L of one completion (segment k is [b_k, b_{k+1}))."""
+        L = len(tokens)
+        if self.segment == "tokens":
+            cuts = list(range(self.every, L, self.every))
+        else:
+            if scorer is None or scorer.tokenizer is None:
+                raise RLVRError("MonteCarloCredit(segment='steps') needs the tokenizer to find step ends")
+            cuts = [
+                t + 1
+                for t in range(L - 1)
+                if any(d in scorer.tokenizer.decode([tokens[t]]) for d in self.delimiters)
+            ]
+        if len(cuts) > self.max_segments - 1:  # keep max_segments - 1 cuts, evenly spread
+            keep = torch.linspace(0, len(cuts) - 1, self.max_segments - 1).round().long().tolist()
+            cuts = [cuts[k] for k in sorted(set(keep))]
+        return cuts
+
+    # ------------------------------------------------------------------ values
+    def values(self, rollout: Rollout, scorer: Scorer) -> tuple[list[list[float]], list[list[int]], int]:
+        """Per row: V at its boundaries [V(0), V(b_1), ..., V(L)] and the boundaries [0, b_1, ..., L].
+
+        Also returns the number of distinct prefixes sampled (cuts + group roots).
+        """
+        N = rollout.num_rows
+        lengths = rollout.lengths.tolist()
+        rewards = rollout.rewards.float().tolist()
+        keys: dict[tuple, int] = {}  # (group, prefix ids) -> index into the query list
+        q_rows: list[int] = []
+        q_cuts: list[int] = []
+        row_bounds: list[list[int]] = []
+        row_keys: list[list[tuple]] = []
+        for i in range(N):
+            g = int(rollout.group[i])
+            tokens = rollout.completion_ids[i, : lengths[i]].tolist()
+            bounds = [0, *self.cuts(tokens, scorer), lengths[i]] if lengths[i] else [0]
+            ks = [(g, tuple(tokens[:b])) for b in bounds[:-1]] if lengths[i] else [(g, ())]
+            for key, b in zip(ks, bounds):
+                if key not in keys:
+                    keys[key] = len(q_rows)
+                    q_rows.append(i)
+                    q_cuts.append(b)
+            row_bounds.append(bounds)
+            row_keys.append(ks)
+        est = scorer.continue_and_verify(q_rows, q_cuts, self.num_samples).float().mean(-1).tolist()
+        vals = []
+        for i in range(N):
+            v = [est[keys[k]] for k in row_keys[i]]
+            if lengths[i]:
+                v.append(rewards[i])  # V(L) = the rollout's own reward
+            vals.append(v)
+        return vals, row_bounds, len(q_rows)
+
+    def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
+        N, T = rollout.completion_ids.shape
+        device = rollout.completion_ids.device
+        generated_before = scorer.generated_tokens
+        vals, bounds, n_prefixes = self.values(rollout, scorer)
+        adv = torch.zeros(N, T, device=device)  # [N, T]
+        for i in range(N):
+            for k in range(len(bounds[i]) - 1):
+                adv[i, bounds[i][k] : bounds[i][k + 1]] = vals[i][k + 1] - vals[i][k]
+        if self.scale_by_std:
+            _, std = group_mean_std(rollout.rewards.float(), rollout.group)  # [N]
+            std = torch.where(std > 0, std + 1e-6, torch.ones_like(std))  # all-equal group: raw
+            adv = adv / std[:, None].to(device)
+        adv = adv * rollout.completion_mask
+        roots = [v[0] for v in vals]
+        return Credit(
+            advantages=adv,
+            metrics={
+                "generated_tokens": float(scorer.generated_tokens - generated_before),
+                "continuations": float(n_prefixes * self.num_samples),
+                "segments_per_row": sum(len(b) - 1 for b in bounds) / max(N, 1),
+                "value_root_mean": sum(roots) / max(len(roots), 1),
+            },
+        )

@@ -1,0 +1,252 @@
+"""The credit lab: its metrics on planted credit, degenerate inputs, first errors, the end-to-end table."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_rlvr import credit_eval as ce
+from lightning_rlvr.credit_metrics import (
+    Summary,
+    is_constant,
+    localisation,
+    mean_before_after,
+    sign_agreement,
+    spearman,
+    summarise,
+)
+from lightning_rlvr.tasks.addition import AdditionTask
+from tests.conftest import REPO
+
+
+# ---------------------------------------------------------------------------- metrics by hand
+def test_spearman_by_hand_with_and_without_ties():
+    # d = [0, 1, 1, 0]: 1 - 6 * 2 / (4 * 15) = 0.8
+    assert spearman(torch.tensor([1.0, 2, 3, 4]), torch.tensor([10.0, 30, 20, 40])) == pytest.approx(0.8)
+    # ties get average ranks: [1.5, 1.5, 3] vs [1, 2, 3] -> 1.5 / sqrt(1.5 * 2)
+    assert spearman(torch.tensor([5.0, 5, 7]), torch.tensor([0.1, 0.2, 0.3])) == pytest.approx(
+        1.5 / math.sqrt(3.0)
+    )
+    assert spearman(torch.tensor([3.0, 2, 1]), torch.tensor([1.0, 2, 3])) == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize("w", [[0.7] * 5, [0.0] * 5, [-2.0] * 3, [1.0], [1e8, 1e8 * (1 + 1e-9)]])
+def test_constant_credit_has_undefined_correlation_and_scores_the_uniform_share(w):
+    w = torch.tensor(w, dtype=torch.float64)
+    o = torch.arange(len(w), dtype=torch.float64)
+    assert is_constant(w)
+    assert spearman(w, o) is None and spearman(o, w) is None
+    share, uniform = localisation(w, 0, 1)
+    assert share == uniform == min(2, len(w)) / len(w)
+
+
+@pytest.mark.parametrize("L,e,d", [(20, 7, 2), (10, 0, 1), (33, 32, 3), (12, 5, 0)])
+def test_planted_divergence_localisation_near_one_for_peaked_credit_uniform_for_grpo(L, e, d):
+    lo, hi = max(0, e - d), min(L, e + d + 1)
+    uniform = (hi - lo) / L
+    peaked = torch.full((L,), -1.0)
+    peaked[e] = -5.0  # all the credit beyond the common level at the error
+    assert localisation(peaked, e, d) == pytest.approx((1.0, uniform))
+    grpo = torch.full((L,), -0.8)
+    assert localisation(grpo, e, d) == pytest.approx((uniform, uniform))
+    noisy = peaked + 0.01 * torch.rand(L, generator=torch.Generator().manual_seed(L))
+    assert localisation(noisy, e, d)[0] > 0.9
+    elsewhere = (e + d + 3) % L
+    if abs(elsewhere - e) > d + 1:  # credit planted away from the error gets ~nothing
+        assert localisation(peaked, elsewhere, d)[0] == 0.0
+
+
+def test_deviation_is_measured_from_the_median_so_a_single_peak_is_not_halved():
+    w = torch.zeros(200)
+    w[100] = 1.0
+    # from the mean the peak would hold only half the deviation (the mean shift spreads the other half)
+    dev_mean = (w - w.mean()).abs()
+    assert float(dev_mean[100] / dev_mean.sum()) == pytest.approx(0.5)
+    assert localisation(w, 100, 2)[0] == 1.0
+    assert localisation(w, 10, 2)[0] == 0.0
+    two = torch.zeros(10)
+    two[[2, 7]] = 3.0
+    assert localisation(two, 2, 1)[0] == pytest.approx(0.5)  # two equal peaks: half each
+
+
+@pytest.mark.parametrize("scale", [0.01, 3.0, 1e4])
+def test_metrics_are_invariant_to_rescaling_a_methods_credit(scale):
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        w = torch.randn(17, generator=gen, dtype=torch.float64)
+        o = torch.randn(17, generator=gen, dtype=torch.float64)
+        assert spearman(scale * w, o) == pytest.approx(spearman(w, o), abs=1e-12)
+        assert sign_agreement(scale * w, o) == sign_agreement(w, o)
+        for s in (scale, -scale):  # localisation only sees |deviation|
+            assert localisation(s * w, 5, 2) == pytest.approx(localisation(w, 5, 2), abs=1e-12)
+    assert sign_agreement(-w, o) == pytest.approx(1 - sign_agreement(w, o))
+
+
+def test_sign_agreement_skips_zero_credit_and_zero_oracle():
+    w = torch.tensor([1.0, -1.0, 0.0, 2.0, -3.0])
+    o = torch.tensor([0.5, 0.5, 1.0, 0.0, -1.0])
+    assert sign_agreement(w, o) == pytest.approx(2 / 3)  # tokens 0, 1, 4
+    assert sign_agreement(torch.zeros(4), o[:4]) is None  # an all-equal group's zero credit
+    assert mean_before_after(torch.tensor([1.0, 1.0, 3.0, 5.0]), 2) == (1.0, 4.0)
+    assert mean_before_after(torch.tensor([1.0, 2.0]), 0) is None
+
+
+def test_summary_bootstraps_groups_and_never_prints_nan():
+    values = [0.1, 0.3, None, 0.5, 0.7, 0.2, 0.4]
+    groups = [0, 0, 1, 1, 2, 3, 3]
+    s = summarise(values, groups, n_boot=500, seed=0)
+    assert s.mean == pytest.approx(sum(v for v in values if v is not None) / 6)
+    assert s.n == 6 and s.n_total == 7
+    assert s.low <= s.mean <= s.high and s.low < s.high
+    assert summarise([None, None], [0, 1]).cell() == "undefined"
+    assert summarise([0.25], [0]).cell() == "0.25"  # one group: no interval
+    assert summarise([float("nan"), 0.5], [0, 1]).n == 1
+    assert "nan" not in Summary(None, None, None, 0, 0).cell().lower()
+
+
+# ---------------------------------------------------------------------------- first errors
+@pytest.mark.parametrize(
+    "completion,expected",
+    [
+        (" 7+5+0=12;4+8+1=13;3+2+1=06; answer:632", None),  # correct
+        (" 7+5+0=12;4+8+0=12;3+2+1=06; answer:622", 14),  # a dropped carry: the '0' of '4+8+0'
+        (" 7+5+0=11;4+8+1=13;3+2+1=06; answer:632x", None),  # right answer, wrong step: correct is correct
+        (" 7+5+0=11;4+8+0=12;3+2+0=05; answer:521", 8),  # the wrong partial sum '11'
+        (" 7+5+0=12;4+8+1=13;", 19),  # stopped early: the error is the end (its EOS)
+        ("", 0),
+        (" answer:631", 1),
+    ],
+)
+def test_addition_first_error_is_the_first_departure_from_the_forced_chain(completion, expected):
+    task = AdditionTask(digits=3)
+    problem = task.problem("test", 0)
+    problem.meta, problem.answer = {"a": 347, "b": 285}, "632"
+    assert task.first_error(completion, problem) == expected
+
+
+def test_first_error_of_a_generic_task_is_unknown():
+    from lightning_rlvr.tasks.base import Problem, Task
+
+    assert Task().first_error("anything", Problem("p", "1")) is None
+
+
+def test_character_offsets_map_to_the_token_that_holds_them():
+    from lightning_rlvr.models import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    ids = tok(" 7+5+0=11;", add_special_tokens=False)["input_ids"]
+    assert ce.char_to_token(tok, ids, 8) == 8  # one character a token
+    with_eos = ids + [tok.eos_token_id]
+    assert ce.char_to_token(tok, with_eos, len(" 7+5+0=11;")) == len(ids)  # the end is the EOS
+    assert ce.char_to_token(tok, ids, len(" 7+5+0=11;")) is None  # cut by the budget: no token
+
+
+# ---------------------------------------------------------------------------- end to end
+@pytest.fixture(scope="module")
+def tiny_ckpt(tmp_path_factory) -> Path:
+    from lightning_rlvr.cli import run
+    from tests.conftest import QUICKSTART, TINY
+
+    root = tmp_path_factory.mktemp("credit_eval")
+    args = ["fit", "--config", QUICKSTART, "--config", TINY, "--trainer.max_steps", "1"]
+    args += [
+        "--trainer.logger.init_args.save_dir",
+        str(root / "runs"),
+        "--trainer.default_root_dir",
+        str(root),
+    ]
+    return Path(run(args).trainer.checkpoint_callback.last_model_path)
+
+
+def test_credit_eval_runs_every_method_on_the_same_rollouts_and_writes_the_table(tiny_ckpt, tmp_path):
+    methods = [str(p) for p in sorted((REPO / "configs" / "method").glob("*.yaml"))]
+    out = ce.main(
+        ["--ckpt_path", str(tiny_ckpt), "--methods", *methods, "--prompts", "3", "--batch-prompts", "2"]
+        + ["--group-size", "3", "--oracle-samples", "2", "--oracle-every", "4", "--bootstrap", "50"]
+        + ["--out", str(tmp_path / "lab")]
+    )
+    lab = tmp_path / "lab"
+    rows = list(csv.DictReader((lab / "credit_eval.csv").open()))
+    assert [r["method"] for r in rows] == [Path(m).stem for m in methods]
+    assert all(int(r["spearman_total"]) > 0 for r in rows)  # every method saw the same rollouts
+    assert len({r["spearman_total"] for r in rows}) == 1
+    grpo = next(r for r in rows if r["method"] == "grpo")
+    assert grpo["spearman_mean"] == "" and "undefined" in grpo["notes"]  # constant credit per rollout
+    table = (lab / "credit_eval.md").read_text()
+    assert "nan" not in table.lower()
+    assert "| grpo | undefined (constant credit in every rollout) |" in table
+    assert "SHEAR" in table and "HSD" in table
+    assert (lab / "credit_eval.png").stat().st_size > 0
+    assert float(next(r for r in rows if r["method"] == "mc")["tokens_per_group"]) > float(
+        grpo["tokens_per_group"]
+    )  # MC samples continuations; GRPO runs nothing
+    assert out["settings"]["group size G"] == 3
+
+
+def test_credit_eval_rejects_a_group_of_one(tiny_ckpt, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        ce.main(["--ckpt_path", str(tiny_ckpt), "--methods", str(REPO / "configs/method/grpo.yaml")]
+                + ["--group-size", "1", "--out", str(tmp_path)])  # fmt: skip
+    assert exit_info.value.code == 2
+    assert "group-size" in capsys.readouterr().err
+
+
+def test_a_distillation_loss_counts_as_negative_credit_at_the_rollout_time_policy():
+    from lightning_rlvr.credit.base import Credit
+    from lightning_rlvr.credit_view import method_credit
+    from tests.rollouts import rollout_from_ids
+
+    rollout = rollout_from_ids(
+        [[5, 6]], [[1, 2, 3, 9], [1, 9]], pad=0, eos=9, group_size=2, rewards=[1.0, 0.0]
+    )
+    V = 10
+    logits_seen = []
+
+    class FixedScorer:
+        def policy_logprobs(self, rows):
+            return torch.log_softmax(torch.arange(V, dtype=torch.float).expand(len(rows), 4, V), -1)
+
+    def token_loss(logits, rows):  # the loss sees the rollout-time log-probs, one row each
+        logits_seen.append(logits)
+        return torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8]])[rows]
+
+    adv = torch.tensor([[1.0, 1.0, 1.0, 1.0], [-1.0, -1.0, 0.0, 0.0]])
+    credit, loss = method_credit(Credit(adv, token_loss=token_loss), rollout, FixedScorer())
+    mask = rollout.completion_mask.float()
+    expected_loss = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.0, 0.0]])
+    assert torch.allclose(loss, expected_loss * mask)
+    assert torch.allclose(credit, (adv - expected_loss) * mask)
+    assert logits_seen[0].shape == (2, 4, V)
+    plain, none = method_credit(Credit(adv), rollout, FixedScorer())
+    assert none is None and torch.equal(plain, adv * mask)
+
+
+def test_degenerate_groups_are_recorded_as_undefined_not_nan():
+    """An all-equal group (GRPO credit 0 everywhere), a rollout without a known error, an empty one."""
+    from types import SimpleNamespace
+
+    from tests.rollouts import rollout_from_ids
+
+    rollout = rollout_from_ids(
+        [[5, 6]], [[1, 2, 3, 9], [1, 9], []], pad=0, eos=9, group_size=3, rewards=[0.0, 0.0, 0.0]
+    )
+    T = rollout.completion_ids.shape[1]
+    zero = SimpleNamespace(
+        name="grpo", cls="GRPOCredit", advantages=torch.zeros(3, T), forward_tokens=0, seconds=0.0
+    )
+    oracle = torch.tensor([[0.0, -0.5, 0.0, 0.0], [0.2, 0.2, 0.0, 0.0], [0.0] * 4])
+    records: dict = {}
+    ce.record_batch(records, [zero], oracle, [2, None, None], rollout, group_offset=0, d=1)
+    r = records["grpo"]
+    assert r.spearman == [None, None] and r.sign == [None, None]  # the empty rollout is skipped
+    assert r.loc == [pytest.approx(3 / 4)] and r.loc_uniform == [
+        pytest.approx(3 / 4)
+    ]  # only row 0 has an error
+    rows = ce.summaries(records, n_groups=1, n_boot=10, seed=0)
+    table = ce.markdown(rows, [], {"x": 1}, d=1)
+    assert "nan" not in table.lower() and "undefined (constant credit in every rollout)" in table
+    assert "undefined (zero credit)" in table
