@@ -20,6 +20,7 @@ measured single-thread matmul peak on the model's own decode shapes
 
     python benchmarks/rollout_engines.py                                  # ~1 min on an idle machine
     python benchmarks/rollout_engines.py --rounds 3 --batch_size 2 --out /tmp/bench_smoke
+    python benchmarks/rollout_engines.py --device cuda --engines hf vllm --name gpu_check   # GPU machines
 """
 
 from __future__ import annotations
@@ -31,16 +32,23 @@ import common
 import torch
 
 
-def matmul_peak(model, rows: int, repeats: int = 5, inner: int = 50) -> tuple[float, str]:
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def matmul_peak(model, rows: int, device: str, repeats: int = 5, inner: int = 50) -> tuple[float, str]:
     """Best FLOP/s of ``F.linear`` on [rows, in] x [out, in] for every Linear shape of the model."""
     shapes = sorted({tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear)})
     best, where = 0.0, ""
     for out_f, in_f in shapes:
-        x, w = torch.randn(rows, in_f), torch.randn(out_f, in_f)
+        x, w = torch.randn(rows, in_f, device=device), torch.randn(out_f, in_f, device=device)
         for _ in range(repeats):
+            sync(device)
             t = time.perf_counter()
             for _ in range(inner):
                 torch.nn.functional.linear(x, w)
+            sync(device)
             rate = 2 * rows * in_f * out_f * inner / (time.perf_counter() - t)
             if rate > best:
                 best, where = rate, f"[{rows}, {in_f}] x [{in_f}, {out_f}]"
@@ -56,22 +64,43 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=16, help="prompts B (default 16)")
     parser.add_argument("--group_size", type=int, default=8, help="completions per prompt G (default 8)")
     parser.add_argument("--max_new_tokens", type=int, default=48, help="completion budget (default 48)")
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        default=["hf", "fast"],
+        choices=["hf", "fast", "vllm"],
+        help="(default hf fast)",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument(
+        "--name", default="rollout_engines", help="results file stem (default rollout_engines)"
+    )
     common.add_common_args(parser)
     args = parser.parse_args()
     common.set_threads(args.threads)
     started, load_start = time.time(), common.load_average()
 
-    from lightning_rlvr.engines.fast import FastEngine
     from lightning_rlvr.engines.hf import HFGenerateEngine
     from lightning_rlvr.rollout import encode_prompts
 
     module = common.build_cli("grpo", overrides=["--model.max_new_tokens", str(args.max_new_tokens)]).model
     module.warm_start.run(module.model, module.tokenizer, module.policy_source, module.task)
+    module.model.to(args.device)
     model, tok = module.model, module.tokenizer
     params = sum(p.numel() for p in model.parameters())
     problems = [module.task.train_problem(i) for i in range(args.batch_size)]
-    ids, mask = (t.repeat_interleave(args.group_size, 0) for t in encode_prompts(tok, problems))
-    engines = {"hf": HFGenerateEngine(), "fast": FastEngine()}
+    ids, mask = (
+        t.repeat_interleave(args.group_size, 0).to(args.device) for t in encode_prompts(tok, problems)
+    )
+    engines = {"hf": HFGenerateEngine()}
+    if "fast" in args.engines:
+        from lightning_rlvr.engines.fast import FastEngine
+
+        engines["fast"] = FastEngine()
+    if "vllm" in args.engines:
+        from lightning_rlvr.engines.vllm import VLLMEngine
+
+        engines["vllm"] = VLLMEngine()
     seed = [0]
     last: dict[str, torch.Tensor] = {}
 
@@ -79,8 +108,10 @@ def main() -> None:
         def run() -> tuple[float, int]:
             module.engine = engines[name]
             torch.manual_seed(seed[0])
+            sync(args.device)
             t = time.perf_counter()
             rollout = module.rollout(problems, args.group_size)
+            sync(args.device)
             dt = time.perf_counter() - t
             last[name] = rollout.completion_ids
             return dt, int(rollout.lengths.sum())
@@ -91,6 +122,7 @@ def main() -> None:
     def bare() -> tuple[float, int]:
         torch.manual_seed(seed[0])
         model.eval()
+        sync(args.device)
         t = time.perf_counter()
         out = model.generate(
             input_ids=ids,
@@ -104,6 +136,7 @@ def main() -> None:
             pad_token_id=tok.pad_token_id,
             use_cache=True,
         )
+        sync(args.device)
         dt = time.perf_counter() - t
         comp = out[:, ids.shape[1] :]
         is_eos = comp == tok.eos_token_id
@@ -115,10 +148,11 @@ def main() -> None:
         "bare": "bare `model.generate`",
         "hf": "`HFGenerateEngine` rollout",
         "fast": "`FastEngine` rollout",
+        "vllm": "`VLLMEngine` rollout",
     }
-    runners = {"bare": bare, "hf": engine_runner("hf"), "fast": engine_runner("fast")}
+    runners = {"bare": bare, **{k: engine_runner(k) for k in engines}}
     results: dict[str, list[tuple[float, int]]] = {k: [] for k in runners}
-    same = {"hf": [], "fast": []}
+    same: dict[str, list[bool]] = {k: [] for k in engines}
     order = list(runners)
     for r in range(args.rounds):
         shift = r % len(order)
@@ -129,7 +163,7 @@ def main() -> None:
             same[name].append(a.shape == b.shape and bool((a == b).all()))
         seed[0] += 1
         print(f"round {r + 1}/{args.rounds} (load {common.load_average()})", flush=True)
-    peak, peak_shape = matmul_peak(model, args.batch_size * args.group_size)
+    peak, peak_shape = matmul_peak(model, args.batch_size * args.group_size, args.device)
 
     kept = slice(args.warmup, None)
     bare_tps = [n / t for t, n in results["bare"][kept]]
@@ -150,7 +184,8 @@ def main() -> None:
                 "-" if name == "bare" else f"{sum(same[name])}/{len(same[name])}",
             ]
         )
-    fast = common.median(ratios["fast"])
+    fast = common.median(ratios.get("fast", [float("nan")]))
+    threads = f"{torch.get_num_threads()} thread(s)" if args.device == "cpu" else args.device
     body = "\n".join(
         [
             f"Batch: {args.batch_size} prompts x {args.group_size} completions, "
@@ -173,19 +208,21 @@ def main() -> None:
                 rows,
             ),
             "",
-            f"Matmul peak on this machine, {torch.get_num_threads()} thread(s): {peak / 1e9:.1f} GFLOP/s "
+            f"Matmul peak on this machine, {threads}: {peak / 1e9:.1f} GFLOP/s "
             f"(best `F.linear` over the model's decode shapes, at {peak_shape}). Model FLOP/s = "
             "2 x parameters x completion tokens / rollout seconds.",
             "",
             "Per-round ratios to bare `generate` (tokens/s):",
-            *(f"- {names[n]}: " + ", ".join(common.fmt(x, 2) for x in ratios[n]) for n in ("hf", "fast")),
+            *(f"- {names[n]}: " + ", ".join(common.fmt(x, 2) for x in ratios[n]) for n in engines),
             "",
-            f"Target: `FastEngine` >= 1.5x bare `generate`: {'met' if fast >= 1.5 else 'missed'} "
+            ""
+            if "fast" not in engines
+            else f"Target: `FastEngine` >= 1.5x bare `generate`: {'met' if fast >= 1.5 else 'missed'} "
             f"({common.fmt(fast, 2)}x).",
         ]
     )
     common.write_result(
-        "rollout_engines", "Rollout engines against a bare generate", body, started, load_start, args.out
+        args.name, "Rollout engines against a bare generate", body, started, load_start, args.out
     )
 
 

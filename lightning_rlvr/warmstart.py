@@ -121,6 +121,7 @@ class WarmStart:
             try:
                 cached = AutoModelForCausalLM.from_pretrained(path)
                 model.load_state_dict(cached.state_dict())
+                engine.sync_weights(model)  # engines that hold a copy of the weights must see these
                 summary = json.loads((path / "summary.json").read_text())
                 log.info("warm start loaded from %s (accuracy %.3f)", path, summary["accuracy"])
                 return {**summary, "cached": True}
@@ -196,6 +197,7 @@ class WarmStart:
             loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
             loss.backward()
             opt.step()
+            engine.sync_weights(model)  # as after every RL update: the checks must sample these weights
             opt.zero_grad(set_to_none=True)
             step += 1
             bar.update(1)

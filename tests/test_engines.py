@@ -256,7 +256,9 @@ def test_training_evaluation_and_warm_start_all_sample_through_the_engine(tmp_pa
     # warm start: 1 check before training + 1 per step (n = 1); validation at start and at step 2 (n = 2);
     # two RL steps (n = G = 3; Lightning's max_steps counts optimiser steps: 2 per RL step here)
     assert engine.calls == [1, 1, 1, 2, 3, 3, 2]
-    assert engine.syncs == 2 * 2  # after every optimiser step: 2 RL steps x 2 minibatches
+    assert (
+        engine.syncs == 2 + 2 * 2
+    )  # after every optimiser step: 2 warm-start steps, 2 RL steps x 2 minibatches
 
 
 def test_warm_start_trains_on_the_prompts_as_rl_formats_them():

@@ -220,8 +220,9 @@ class FastEngine(RolloutEngine):
         rot = rotary_table(w, P + T, device)  # [P + T, D/2]
 
         # prefill the B distinct contexts, then repeat their cache for the n samples of each
-        keys = torch.zeros(N, P + T, dtype=torch.bool, device=device)  # [N, S] fixed-width key mask
-        keys[:, :P] = context_mask.bool().repeat_interleave(n, 0)
+        # additive key mask of fixed width S = P + T, one row per (row, kv head): 0 where a key is visible
+        keys = torch.full((N, Hkv, 1, P + T), float("-inf"), dtype=w.embed.dtype, device=device)
+        keys[..., :P].masked_fill_(context_mask.bool().repeat_interleave(n, 0)[:, None, None], 0.0)
         pos = (context_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P] as generate numbers them
         causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()
         eye = torch.eye(P, dtype=torch.bool, device=device)
@@ -250,10 +251,8 @@ class FastEngine(RolloutEngine):
                 keys = keys[keep]
                 cache = [(k[keep], v[keep]) for k, v in cache]
             col = P + t
-            keys[:, col] = True
-            x = self._layers(
-                w, w.embed[token][:, None], rot[next_pos][:, None], cache, col, keys[:, None, None, : col + 1]
-            )
+            keys[..., col] = 0.0
+            x = self._layers(w, w.embed[token][:, None], rot[next_pos][:, None], cache, col, keys)
             logits = self._head(w, x[:, -1])
             next_pos = next_pos + 1
         return Generation(completion_ids=out[:, : t + 1], logp=out_logp[:, : t + 1])
@@ -280,7 +279,13 @@ class FastEngine(RolloutEngine):
 
     @staticmethod
     def _layers(w: _Weights, x: Tensor, rot: Tensor, cache: list, col: int, mask: Tensor) -> Tensor:
-        """All decoder blocks on ``x`` [n, s, d] at cache columns ``col .. col + s - 1``."""
+        """All decoder blocks on ``x`` [n, s, d] at cache columns ``col .. col + s - 1``.
+
+        Prefill (s > 1): ``mask`` is a bool [n, 1, s, s] causal mask and attention is SDPA over the new
+        columns. Decode (s == 1): ``mask`` is the additive [n, Hkv, 1, S] mask over the whole fixed-width
+        cache and attention is two ``bmm`` calls on contiguous views (on CPU, 2-3x faster than SDPA on a
+        growing slice of the cache; masked columns cost a little arithmetic, no extra ops).
+        """
         n, s, d = x.shape
         H, Hkv, D = w.heads, w.kv_heads, w.head_dim
         rot = rot[:, :, None]  # [n, s, 1, D/2]
@@ -292,14 +297,23 @@ class FastEngine(RolloutEngine):
             qk = torch.view_as_real(qk * rot).flatten(-2).to(x.dtype)  # [n, s, H+Hkv, D] rotated
             kc[:, :, col:end] = qk[:, :, H:].transpose(1, 2)
             vc[:, :, col:end] = qkv[:, :, H + Hkv :].transpose(1, 2)
-            o = F.scaled_dot_product_attention(
-                qk[:, :, :H].transpose(1, 2),
-                kc[:, :, :end],
-                vc[:, :, :end],
-                attn_mask=mask,
-                enable_gqa=H != Hkv,
-            )  # [n, H, s, D]
-            x = x + F.linear(o.transpose(1, 2).reshape(n, s, H * D), layer.wo, layer.bo)
+            if s == 1:  # q heads of one kv head side by side: [n Hkv, H / Hkv, D]
+                q = qk[:, 0, :H].reshape(n * Hkv, H // Hkv, D)
+                S = kc.shape[2]
+                scores = torch.baddbmm(
+                    mask.view(n * Hkv, 1, S), q, kc.view(n * Hkv, S, D).transpose(1, 2), alpha=D**-0.5
+                )  # [n Hkv, H / Hkv, S]
+                o = torch.bmm(scores.softmax(-1), vc.view(n * Hkv, S, D)).view(n, s, H * D)
+            else:
+                o = F.scaled_dot_product_attention(
+                    qk[:, :, :H].transpose(1, 2),
+                    kc[:, :, :end],
+                    vc[:, :, :end],
+                    attn_mask=mask,
+                    enable_gqa=H != Hkv,
+                )  # [n, H, s, D]
+                o = o.transpose(1, 2).reshape(n, s, H * D)
+            x = x + F.linear(o, layer.wo, layer.bo)
             gate, up = F.linear(F.rms_norm(x, (d,), layer.ln2, w.eps), layer.wgu, layer.bgu).chunk(2, -1)
             x = x + F.linear(F.silu(gate) * up, layer.wd, layer.bd)
         return x

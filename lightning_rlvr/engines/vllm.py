@@ -75,6 +75,7 @@ class VLLMEngine(RolloutEngine):
         self._llm = None
         self._stale = False
         self._lora = None  # the current LoRARequest, when the policy has adapters
+        self._lora_mode = False  # whether the running vLLM was started for a LoRA policy
         self._version = 0
         self._dir: str | None = None
 
@@ -120,7 +121,15 @@ class VLLMEngine(RolloutEngine):
             max_lora_rank=self.max_lora_rank,
             seed=self.seed,
         )
-        self._stale = self._is_lora(model)  # the adapters still have to be handed over
+        self._lora_mode = self._is_lora(model)
+        self._stale = self._lora_mode  # the adapters still have to be handed over
+
+    def _stop(self) -> None:
+        import gc
+
+        self._llm, self._lora = None, None
+        gc.collect()
+        torch.cuda.empty_cache()
 
     def _inner_model(self):
         """vLLM's own ``nn.Module`` (its location moved between vLLM versions)."""
@@ -154,6 +163,8 @@ class VLLMEngine(RolloutEngine):
         pad_id: int,
         eos_id: int,
     ) -> Generation:
+        if self._llm is not None and self._is_lora(model) != self._lora_mode:
+            self._stop()  # e.g. the warm start sampled the bare model, RL samples it with adapters
         if self._llm is None:
             self._start(model)  # checks for CUDA and vllm first: one clear error without them
         elif self.sleep:
