@@ -111,9 +111,12 @@ MODELS = {
 }
 
 
-@pytest.mark.parametrize("name", list(MODELS))
-@pytest.mark.parametrize("setting", SETTINGS)
-@pytest.mark.parametrize("compact_at", [0.75, 1.0])
+FAST_CASES = [(m, s, 0.75) for m in MODELS for s in SETTINGS] + [
+    (m, SETTINGS[0], c) for m in MODELS for c in (0.0, 1.0)
+]
+
+
+@pytest.mark.parametrize("name,setting,compact_at", FAST_CASES)  # every setting; compaction never / each row
 def test_fast_engine_samples_what_generate_samples_under_the_same_seed(name, setting, compact_at):
     model, tok = MODELS[name](), build_tiny_tokenizer()
     with torch.no_grad():
@@ -278,3 +281,19 @@ def test_warm_start_trains_on_the_prompts_as_rl_formats_them():
     base = warm.key(POLICY, TASK)
     assert warm.key(POLICY, TASK, HFGenerateEngine(), None) == base
     assert len({base, warm.key(POLICY, TASK, None, render), warm.key(POLICY, TASK, FastEngine())}) == 3
+
+
+def test_fast_engine_under_fsdp2_gathers_the_shards_and_trains(tmp_path):
+    """Two ranks (gloo, CPU): each rank's FastEngine gathers the FSDP2 shards, then decodes on its own."""
+    from tests.test_distributed import _run, _torchrun
+
+    ckpts = tmp_path / "ckpt"
+    fit = [
+        "-m", "lightning_rlvr.cli", "fit", "--config", QUICKSTART, "--config", TINY,
+        "--config", str(REPO / "configs/strategy/fsdp2.yaml"),
+        "--config", str(REPO / "configs/engine/fast.yaml"),
+        "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"), "--checkpoint.dirpath", str(ckpts),
+    ]  # fmt: skip
+    _run(_torchrun(2) + fit, tmp_path)
+    state = torch.load(ckpts / "last.ckpt", weights_only=True)
+    assert state["global_step"] == 2 and state["rlvr"]["rl_step"] == 2
