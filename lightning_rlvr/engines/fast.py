@@ -216,6 +216,8 @@ class FastEngine(RolloutEngine):
         device = context_ids.device
         B, P = context_ids.shape
         N, T = B * n, sampling.max_new_tokens
+        if T < 1:
+            raise RLVRError(f"FastEngine needs max_new_tokens >= 1, not {T}")
         Hkv, D = w.kv_heads, w.head_dim
         rot = rotary_table(w, P + T, device)  # [P + T, D/2]
 
