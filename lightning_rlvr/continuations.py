@@ -9,9 +9,9 @@ the one place that does it. A ``ContinuationSampler`` is any callable
 
 that, for each of K (prompt ids, completion-prefix ids, problem) triples,
 samples ``n`` continuations and returns their verified rewards [K, n]. The
-module builds one per step (``GenerateSampler.of(module)``) and hands it to the
+module builds one per step (``EngineSampler.of(module)``) and hands it to the
 ``Scorer``; credit assigners reach it only through ``Scorer.continue_and_verify``.
-When the rollout engine moves off ``generate``, only ``GenerateSampler`` changes.
+Continuations are sampled by the module's rollout engine, like the rollouts themselves.
 
 Choices: a continuation gets the rollout's own budget minus the prefix
 (``max_new_tokens - len(prefix)``), so a finished text is never longer than a
@@ -29,7 +29,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from lightning_rlvr.distributed import max_over_ranks, world_size
+from lightning_rlvr.distributed import max_over_ranks
+from lightning_rlvr.engines.base import RolloutEngine, Sampling
 from lightning_rlvr.scoring import left_pad
 from lightning_rlvr.tasks.base import Problem, Task
 
@@ -50,22 +51,23 @@ class ContinuationSampler(Protocol):
     ) -> Continued: ...
 
 
-class GenerateSampler:
-    """Continuations with Hugging Face ``generate`` (KV cache), verified by the task.
+class EngineSampler:
+    """Continuations sampled by a ``RolloutEngine``, verified by the task.
 
     Args:
+        engine: the rollout engine (the module's).
         model: the rollout-time policy (its weights must not change while the sampler is used).
         tokenizer: its tokenizer (pad / EOS ids, decoding).
         task: the verifier.
         max_new_tokens: the rollout budget; a continuation of a k-token prefix gets ``max_new_tokens - k``.
         temperature, top_p, top_k: sampling, as in rollouts.
-        micro_batch_size: sequences per ``generate`` call.
-        synced: keep every rank generating until all are done (FSDP); every rank then also
-            makes the same number of calls (a rank with fewer prefixes runs one-token dummies).
+        micro_batch_size: sequences per engine call. Under several ranks every rank makes the
+            same number of calls (a rank with fewer prefixes runs one-token dummies), as FSDP needs.
     """
 
     def __init__(
         self,
+        engine: RolloutEngine,
         model,
         tokenizer,
         task: Task,
@@ -74,42 +76,33 @@ class GenerateSampler:
         top_p: float = 1.0,
         top_k: int = 0,
         micro_batch_size: int = 128,
-        synced: bool = False,
     ) -> None:
+        self.engine = engine
         self.model = model
         self.tokenizer = tokenizer
         self.task = task
         self.max_new_tokens = max_new_tokens
         self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
         self.micro_batch_size = max(1, micro_batch_size)
-        self.synced = synced
 
     @classmethod
-    def of(cls, module) -> GenerateSampler:
-        """The sampler of an ``RLVRModule`` at this step: its policy, task, budget and sampling settings."""
+    def of(cls, module) -> EngineSampler:
+        """The sampler of an ``RLVRModule`` at this step: its engine, policy, task, budget and sampling."""
         return cls(
+            module.engine,
             module.model,
             module.tokenizer,
             module.task,
             module.max_new_tokens,
             micro_batch_size=module.micro_batch_size,
-            synced=world_size() > 1,
             **module.sampling,
         )
 
     def _generate(self, ids: Tensor, mask: Tensor, budget: int) -> Tensor:
-        out = self.model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            do_sample=True,
-            max_new_tokens=max(budget, 1),
-            eos_token_id=self.tokenizer.eos_token_id,
-            pad_token_id=self.tokenizer.pad_token_id,
-            use_cache=True,
-            synced_gpus=self.synced,
-            **self.sampling,
-        )
-        return out[:, ids.shape[1] :]  # [m, <= budget]
+        sampling = Sampling(max(budget, 1), **self.sampling)
+        tok = self.tokenizer
+        out = self.engine.generate(self.model, ids, mask, 1, sampling, tok.pad_token_id, tok.eos_token_id)
+        return out.completion_ids  # [m, <= budget]
 
     @torch.no_grad()
     def __call__(

@@ -367,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from lightning_rlvr.continuations import GenerateSampler
+    from lightning_rlvr.continuations import EngineSampler
     from lightning_rlvr.credit.mc import MonteCarloCredit
     from lightning_rlvr.scoring import Scorer
 
@@ -408,7 +408,7 @@ def run(args: argparse.Namespace) -> dict:
             rollout = module.rollout(batch, G)
         module.verify(rollout)
         make = lambda r=rollout: Scorer(
-            module.model, r, module.tokenizer, module.micro_batch_size, sampler=GenerateSampler.of(module)
+            module.model, r, module.tokenizer, module.micro_batch_size, sampler=EngineSampler.of(module)
         )
         oracle_scorer = make()
         with torch.no_grad():

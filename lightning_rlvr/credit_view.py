@@ -345,7 +345,7 @@ def load_module_and_methods(ckpt: str | Path, patterns: list[str]):
 def main(argv: list[str] | None = None) -> Path:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from lightning_rlvr.continuations import GenerateSampler
+    from lightning_rlvr.continuations import EngineSampler
 
     module, methods = load_module_and_methods(args.ckpt, args.methods)
     problem = module.task.problem(args.split, args.prompt_index)
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> Path:
     rollout = module.rollout([problem], G)
     module.verify(rollout)
     scorer = Scorer(
-        module.model, rollout, module.tokenizer, module.micro_batch_size, sampler=GenerateSampler.of(module)
+        module.model, rollout, module.tokenizer, module.micro_batch_size, sampler=EngineSampler.of(module)
     )
     grpo, views = assign_all(methods, rollout, scorer)
     title = f"Credit view: {Path(args.ckpt).name}, {args.split} prompt {args.prompt_index}, G = {G}"

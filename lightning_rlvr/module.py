@@ -2,8 +2,9 @@
 
 Each training step, top to bottom:
 
-1. **rollout** -- sample G completions for each of B prompts in one batched
-   ``generate`` call with KV cache (N = B * G rows, grouped by prompt);
+1. **rollout** -- the ``RolloutEngine`` (HF ``generate`` by default; a fast CPU
+   loop; vLLM on GPUs) samples G completions for each of B prompts in one
+   batched call (N = B * G rows, grouped by prompt);
 2. **score**   -- the task's verifier gives each completion a reward; a verifier
    that raises gives 0 and is counted;
 3. **credit**  -- the ``CreditAssigner`` (GRPO, SHEAR, SC-GRPO, ...) turns the
@@ -36,11 +37,13 @@ import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor
 
-from lightning_rlvr.continuations import GenerateSampler
+from lightning_rlvr.continuations import EngineSampler
 from lightning_rlvr.credit.base import Credit, CreditAssigner, rank_state
 from lightning_rlvr.credit.grpo import GRPOCredit
 from lightning_rlvr.distributed import all_sum, any_rank, shard_policy, world_size
 from lightning_rlvr.dynamic_sampling import DynamicSampling, extra_index
+from lightning_rlvr.engines.base import RolloutEngine, Sampling
+from lightning_rlvr.engines.hf import HFGenerateEngine
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.losses import PolicyLoss, PPOClip
 from lightning_rlvr.metrics import PassAtK
@@ -48,7 +51,7 @@ from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
 from lightning_rlvr.objectives import loss_weights, zero_std_groups
 from lightning_rlvr.prompts import PromptFormat
 from lightning_rlvr.rewards.overlong import RewardShaper
-from lightning_rlvr.rollout import Rollout, sample
+from lightning_rlvr.rollout import Rollout, generate_rollout
 from lightning_rlvr.scoring import Scorer, causal_lm_forward, entropy_from_logits, token_logprobs
 from lightning_rlvr.state import capture_rng, plain_value, restore_rng
 from lightning_rlvr.tasks.addition import AdditionTask
@@ -71,6 +74,7 @@ class RLVRModule(LightningModule):
         reward_shaping: applied in order to the verifier's rewards (e.g. DAPO's ``OverlongPenalty``).
         dynamic_sampling: keep only informative groups, sampling more prompts (DAPO).
         prompt_format: chat template or plain template around each prompt (default: the prompt as is).
+        engine: how completions are sampled (default: ``HFGenerateEngine``, Hugging Face ``generate``).
         group_size: completions per prompt (G).
         max_new_tokens: completion budget (L_max).
         temperature: sampling temperature for rollouts and evaluation.
@@ -101,6 +105,7 @@ class RLVRModule(LightningModule):
         reward_shaping: list[RewardShaper] | None = None,
         dynamic_sampling: DynamicSampling | None = None,
         prompt_format: PromptFormat | None = None,
+        engine: RolloutEngine | None = None,
         group_size: int = 8,
         max_new_tokens: int = 48,
         temperature: float = 1.0,
@@ -137,6 +142,7 @@ class RLVRModule(LightningModule):
         self.reward_shaping = list(reward_shaping or [])
         self.dynamic_sampling = dynamic_sampling
         self.prompt_format = prompt_format
+        self.engine = engine or HFGenerateEngine()
         self.group_size = group_size
         self.max_new_tokens = max_new_tokens
         self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
@@ -162,7 +168,7 @@ class RLVRModule(LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.warm_start is not None and self.warm_start_summary is None:
             self.warm_start_summary = self.warm_start.run(
-                self.model, self.tokenizer, self.policy_source, self.task
+                self.model, self.tokenizer, self.policy_source, self.task, self.engine, self.render
             )
         if self.loss.uses_reference and not self.lora and not self._reference:
             ref = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -201,17 +207,16 @@ class RLVRModule(LightningModule):
             self.logger.log_metrics({"val/pass@1": value}, step=0)
 
     # ------------------------------------------------------------------ rollout + score
+    @property
+    def render(self):
+        """Problem prompt -> the text the model sees (``None``: as is); warm start and rollouts share it."""
+        return None if self.prompt_format is None else partial(self.prompt_format.render, self.tokenizer)
+
     def rollout(self, problems: list[Problem], group_size: int) -> Rollout:
-        """Sample ``group_size`` completions per problem (one batched ``generate``)."""
-        return sample(
-            self.model,
-            self.tokenizer,
-            problems,
-            group_size,
-            self.max_new_tokens,
-            synced=world_size() > 1,  # under FSDP every rank must run the same number of forwards
-            render=None if self.prompt_format is None else partial(self.prompt_format.render, self.tokenizer),
-            **self.sampling,
+        """Sample ``group_size`` completions per problem through ``self.engine``."""
+        sampling = Sampling(self.max_new_tokens, **self.sampling)
+        return generate_rollout(
+            self.engine, self.model, self.tokenizer, problems, group_size, sampling, self.render
         )
 
     def collect(self, problems: list[Problem]) -> tuple[Rollout, int, dict[str, float]]:
@@ -268,7 +273,7 @@ class RLVRModule(LightningModule):
         verify_s = sampling.pop("verify_s")
         t1 = time.perf_counter() - verify_s  # generation ends here; verification counts as scoring
         self.verifier_errors += errors
-        sampler = GenerateSampler.of(self)  # continuations for Monte-Carlo credit (sampled only on request)
+        sampler = EngineSampler.of(self)  # continuations for Monte-Carlo credit (sampled only on request)
         scorer = Scorer(self.model, rollout, self.tokenizer, self.micro_batch_size, sampler=sampler)
         old_logp = None  # [N, T] rollout-time log-probs, when the update needs them (module docstring)
         if self.ppo_epochs > 1 or self.minibatches > 1 or self.loss.needs_old_logp(rollout.engine_logp):
@@ -365,6 +370,7 @@ class RLVRModule(LightningModule):
                     continue
                 self._nonfinite_streak = 0
                 opt.step()
+                self.engine.sync_weights(self.model)  # engines with their own copy of the weights
                 opt.zero_grad(set_to_none=True)
                 sched.step()
                 n_updates += 1

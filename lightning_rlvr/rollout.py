@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from lightning_rlvr.engines.base import RolloutEngine, Sampling
 from lightning_rlvr.tasks.base import Problem
 
 
@@ -98,7 +99,62 @@ def position_ids(attention_mask: Tensor) -> Tensor:
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
 
-@torch.no_grad()
+def encode_prompts(
+    tokenizer: PreTrainedTokenizerBase, problems: list[Problem], render: Callable[[str], str] | None = None
+) -> tuple[Tensor, Tensor]:
+    """The B prompts as the model sees them, left-padded: ids [B, P], mask [B, P].
+
+    ``render`` turns a problem's prompt into the text the model is conditioned on
+    (a ``PromptFormat``); the same function is used by every caller that samples
+    or trains on prompts, so training and sampling never see different formats.
+    """
+    texts = [render(p.prompt) if render else p.prompt for p in problems]
+    seqs = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):  # left padding: generation appends on the right
+        if s:
+            ids[i, width - len(s) :] = torch.tensor(s)
+            mask[i, width - len(s) :] = 1
+    return ids, mask
+
+
+def generate_rollout(
+    engine: RolloutEngine,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    problems: list[Problem],
+    group_size: int,
+    sampling: Sampling,
+    render: Callable[[str], str] | None = None,
+) -> Rollout:
+    """G completions for each of B prompts from ``engine``, assembled into a ``Rollout``.
+
+    The part every engine shares: prompts are rendered and tokenised here (once per
+    problem, then repeated G times), the engine continues the token contexts, and the
+    completion mask, decoded texts and group index are built from what it returns.
+    """
+    device = next(model.parameters()).device
+    ids, mask = (t.to(device) for t in encode_prompts(tokenizer, problems, render))  # [B, P]
+    out = engine.generate(
+        model, ids, mask, group_size, sampling, tokenizer.pad_token_id, tokenizer.eos_token_id
+    )
+    completion_ids = out.completion_ids  # [N, T], pad after the first EOS
+    return Rollout(
+        prompt_ids=ids.repeat_interleave(group_size, 0),
+        prompt_mask=mask.repeat_interleave(group_size, 0),
+        completion_ids=completion_ids,
+        completion_mask=completion_mask_from_ids(completion_ids, tokenizer.eos_token_id),
+        group=torch.arange(len(problems), device=device).repeat_interleave(group_size),
+        problems=list(problems),
+        completions=tokenizer.batch_decode(completion_ids, skip_special_tokens=True),
+        pad_id=tokenizer.pad_token_id,
+        eos_id=tokenizer.eos_token_id,
+        engine_logp=out.logp,
+    )
+
+
 def sample(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -108,48 +164,15 @@ def sample(
     temperature: float = 1.0,
     top_p: float = 1.0,
     top_k: int = 0,
-    synced: bool = False,
     render: Callable[[str], str] | None = None,
+    engine: RolloutEngine | None = None,
 ) -> Rollout:
-    """G completions for each of B prompts in one batched ``generate`` call with KV cache.
+    """``generate_rollout`` with loose sampling arguments (default engine: ``HFGenerateEngine``)."""
+    from lightning_rlvr.engines.hf import HFGenerateEngine
 
-    ``synced`` keeps every rank generating until all ranks are done (needed under FSDP);
-    ``render`` turns a problem's prompt into the text the model sees (e.g. a chat template).
-    """
-    device = next(model.parameters()).device
-    texts = [render(p.prompt) if render else p.prompt for p in problems]
-    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    prompt_ids = enc["input_ids"].repeat_interleave(group_size, 0).to(device)  # [N, P]
-    prompt_mask = enc["attention_mask"].repeat_interleave(group_size, 0).to(device)  # [N, P]
-    was_training = model.training
-    model.eval()
-    out = model.generate(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        do_sample=True,  # RLVR samples; evaluation at temperature 0 is not a use of this function
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        use_cache=True,
-        synced_gpus=synced,
-    )
-    model.train(was_training)
-    completion_ids = out[:, prompt_ids.shape[1] :]  # [N, T]
-    mask = completion_mask_from_ids(completion_ids, tokenizer.eos_token_id)
-    completion_ids = completion_ids.masked_fill(mask == 0, tokenizer.pad_token_id)
-    return Rollout(
-        prompt_ids=prompt_ids,
-        prompt_mask=prompt_mask,
-        completion_ids=completion_ids,
-        completion_mask=mask,
-        group=torch.arange(len(problems), device=device).repeat_interleave(group_size),
-        problems=list(problems),
-        completions=tokenizer.batch_decode(completion_ids, skip_special_tokens=True),
-        pad_id=tokenizer.pad_token_id,
-        eos_id=tokenizer.eos_token_id,
+    sampling = Sampling(max_new_tokens, temperature, top_p, top_k)
+    return generate_rollout(
+        engine or HFGenerateEngine(), model, tokenizer, problems, group_size, sampling, render
     )
 
 

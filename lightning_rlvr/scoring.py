@@ -359,7 +359,7 @@ class Scorer:
         if self.sampler is None:
             raise RLVRError(
                 "this credit method samples continuations, but the Scorer was built without a sampler; "
-                "build it with sampler=GenerateSampler.of(module) (lightning_rlvr/continuations.py)"
+                "build it with sampler=EngineSampler.of(module) (lightning_rlvr/continuations.py)"
             )
         r = self.rollout
         prompts = [r.prompt_tokens(i) for i in rows]

@@ -61,7 +61,15 @@ from lightning_rlvr.sweep_spec import (  # noqa: F401 - re-exported: the sweep A
 log = logging.getLogger("lightning_rlvr.sweep")
 
 PROGRAM = "lightning-rlvr"  # how commands are printed; they run as ``python -m lightning_rlvr.cli``
-WARM_START_KEYS = ("model.policy", "model.task", "model.warm_start", "model.lora")
+# what the warm start depends on (it samples through the engine, on formatted prompts)
+WARM_START_KEYS = (
+    "model.policy",
+    "model.task",
+    "model.warm_start",
+    "model.lora",
+    "model.engine",
+    "model.prompt_format",
+)
 
 # Runs ``lightning-rlvr <argv>``: (argv, log file, variables to set) -> exit code. Tests pass a fake one.
 CommandRunner = Callable[[list[str], Path, dict[str, str]], int]

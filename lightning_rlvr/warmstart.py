@@ -5,7 +5,9 @@ nothing; at 100% it has nothing left to learn. The warm start trains on the
 task's worked solutions and stops on a *measured* band: every ``eval_every``
 steps it samples one completion for ``eval_prompts`` problems and stops once
 the sampled accuracy reaches ``min_accuracy`` (a fixed step count lands
-anywhere between 3% and 70% depending on the seed). The result is saved with
+anywhere between 3% and 70% depending on the seed). It trains on, and checks
+with, the prompts exactly as RL will show them (the module's ``prompt_format``),
+and samples its checks through the module's rollout engine. The result is saved with
 ``save_pretrained`` under a key of everything that determines it, so a rerun
 loads it in a second.
 """
@@ -17,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -24,9 +27,11 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
+from lightning_rlvr.engines.base import RolloutEngine, Sampling
+from lightning_rlvr.engines.hf import HFGenerateEngine
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.models import PolicySource
-from lightning_rlvr.rollout import sample
+from lightning_rlvr.rollout import generate_rollout
 from lightning_rlvr.tasks.base import Task, safe_check
 
 log = logging.getLogger(__name__)
@@ -79,17 +84,44 @@ class WarmStart:
         self.seed = seed
         self.cache = cache
 
-    def key(self, policy: PolicySource, task: Task) -> str:
-        blob = json.dumps([policy.cache_key(), _public_fields(task), _public_fields(self)], default=str)
+    def key(
+        self,
+        policy: PolicySource,
+        task: Task,
+        engine: RolloutEngine | None = None,
+        render: Callable[[str], str] | None = None,
+    ) -> str:
+        """Hash of everything that determines the result. The defaults (HF engine, prompts as they
+        are) add nothing, so caches made before engines and prompt formats existed stay valid."""
+        parts = [policy.cache_key(), _public_fields(task), _public_fields(self)]
+        if engine is not None and type(engine) is not HFGenerateEngine:  # other engines sample differently
+            parts.append(_public_fields(engine))
+        if render is not None:  # the formatted text of a fixed probe prompt identifies the format
+            parts.append({"prompt_format": render("{probe}")})
+        blob = json.dumps(parts, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def run(self, model, tokenizer, policy: PolicySource, task: Task) -> dict:
-        """Warm-start ``model`` in place (from cache when possible); returns a summary dict."""
-        path = cache_root() / "warmstart" / self.key(policy, task)
+    def run(
+        self,
+        model,
+        tokenizer,
+        policy: PolicySource,
+        task: Task,
+        engine: RolloutEngine | None = None,
+        render: Callable[[str], str] | None = None,
+    ) -> dict:
+        """Warm-start ``model`` in place (from cache when possible); returns a summary dict.
+
+        ``engine`` samples the accuracy checks (default ``HFGenerateEngine``); ``render`` formats each
+        prompt for both training and checks, as the module's rollouts will (default: as is).
+        """
+        engine = engine or HFGenerateEngine()
+        path = cache_root() / "warmstart" / self.key(policy, task, engine, render)
         if self.cache and (path / "summary.json").is_file():
             try:
                 cached = AutoModelForCausalLM.from_pretrained(path)
                 model.load_state_dict(cached.state_dict())
+                engine.sync_weights(model)  # engines that hold a copy of the weights must see these
                 summary = json.loads((path / "summary.json").read_text())
                 log.info("warm start loaded from %s (accuracy %.3f)", path, summary["accuracy"])
                 return {**summary, "cached": True}
@@ -98,7 +130,7 @@ class WarmStart:
                 shutil.rmtree(path, ignore_errors=True)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            summary = self._train(model, tokenizer, task)
+            summary = self._train(model, tokenizer, task, engine, render)
         # Every rank trained the same weights; only rank 0 writes (transformers' save_pretrained
         # skips the weights on other ranks). Write aside, then rename: nobody sees half a cache.
         if self.cache and (not dist.is_initialized() or dist.get_rank() == 0):
@@ -112,19 +144,33 @@ class WarmStart:
                 shutil.rmtree(tmp, ignore_errors=True)
         return {**summary, "cached": False}
 
-    def accuracy(self, model, tokenizer, task: Task) -> float:
+    def accuracy(
+        self,
+        model,
+        tokenizer,
+        task: Task,
+        engine: RolloutEngine | None = None,
+        render: Callable[[str], str] | None = None,
+    ) -> float:
+        """Sampled accuracy (one completion at temperature 1 per probe problem)."""
         problems = [task.train_problem(EVAL_OFFSET + i) for i in range(self.eval_prompts)]
-        rollout = sample(model, tokenizer, problems, 1, self.max_new_tokens)
+        sampling = Sampling(self.max_new_tokens)
+        rollout = generate_rollout(
+            engine or HFGenerateEngine(), model, tokenizer, problems, 1, sampling, render
+        )
         correct = [safe_check(task, c, p)[0].correct for c, p in zip(rollout.completions, problems)]
         return sum(correct) / len(correct)
 
-    def _batch(self, tokenizer, task: Task, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _batch(
+        self, tokenizer, task: Task, step: int, render: Callable[[str], str] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ids, labels = [], []
         for i in range(self.batch_size):
             p = task.train_problem(step * self.batch_size + i)
             if p.solution is None:
                 raise RLVRError(f"{type(task).__name__} has no worked solutions; disable model.warm_start")
-            prompt = tokenizer(p.prompt, add_special_tokens=False)["input_ids"]
+            text = render(p.prompt) if render else p.prompt  # as the rollouts will show it
+            prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
             completion = tokenizer(p.solution, add_special_tokens=False)["input_ids"] + [
                 tokenizer.eos_token_id
             ]
@@ -140,22 +186,23 @@ class WarmStart:
             mask[i, : len(x)] = 1
         return input_ids, mask, label_t
 
-    def _train(self, model, tokenizer, task: Task) -> dict:
+    def _train(self, model, tokenizer, task: Task, engine: RolloutEngine, render) -> dict:
         device = next(model.parameters()).device
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr)
         model.train()
-        acc, step = self.accuracy(model, tokenizer, task), 0
+        acc, step = self.accuracy(model, tokenizer, task, engine, render), 0
         bar = tqdm(total=self.max_steps, desc="warm start", leave=False, dynamic_ncols=True)
         while acc < self.min_accuracy and step < self.max_steps:
-            input_ids, mask, labels = (t.to(device) for t in self._batch(tokenizer, task, step))
+            input_ids, mask, labels = (t.to(device) for t in self._batch(tokenizer, task, step, render))
             loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
             loss.backward()
             opt.step()
+            engine.sync_weights(model)  # as after every RL update: the checks must sample these weights
             opt.zero_grad(set_to_none=True)
             step += 1
             bar.update(1)
             if step % self.eval_every == 0:
-                acc = self.accuracy(model, tokenizer, task)
+                acc = self.accuracy(model, tokenizer, task, engine, render)
                 bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.2f}")
         bar.close()
         if acc < self.min_accuracy:

@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from lightning_rlvr.continuations import Continued, GenerateSampler
+from lightning_rlvr.continuations import Continued, EngineSampler
 from lightning_rlvr.credit.mc import MonteCarloCredit
+from lightning_rlvr.engines.hf import HFGenerateEngine
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.scoring import Scorer
 from tests.rollouts import rollout_from_ids
@@ -149,7 +150,9 @@ def test_generate_sampler_verifies_prefix_plus_continuation_with_the_task():
     good = enc(problem.solution + ";")  # ";" ends the number: a continuation cannot change it
     wrong = enc(f" answer:{int(problem.answer) + 1};")
     torch.manual_seed(0)
-    sampler = GenerateSampler(model, tok, task, max_new_tokens=len(good) + 4, micro_batch_size=5)
+    sampler = EngineSampler(
+        HFGenerateEngine(), model, tok, task, max_new_tokens=len(good) + 4, micro_batch_size=5
+    )
     out = sampler([enc(problem.prompt)] * 3, [good, wrong, good[:0]], [problem] * 3, n=4)
     assert out.rewards.shape == (3, 4)
     assert torch.all(out.rewards[0] == 1.0) and torch.all(out.rewards[1] == 0.0)

@@ -1,0 +1,230 @@
+"""Rollout engines against a bare batched ``generate``: tokens per second and model FLOP/s.
+
+Three ways to sample the same batch (the quickstart's warm-started tiny policy,
+B prompts x G completions, at most 48 new tokens, temperature 1):
+
+* ``bare generate`` -- only the ``model.generate`` call, on prompt tensors made outside the timer;
+* ``HFGenerateEngine`` -- the module's ``rollout`` with the default engine (tokenise, generate, mask, decode);
+* ``FastEngine`` -- the module's ``rollout`` with the fast engine.
+
+Every runner is seeded alike each round, so all three sample the same tokens
+(checked and reported; the fast engine can differ where float rounding flips a
+near-tie). Rounds rotate the order; the first ``--warmup`` are dropped; medians and
+per-round ratios to the bare ``generate`` of the same round are reported.
+
+Model FLOP/s counts 2 x parameters per completion token (up to and including
+EOS) over the rollout's wall time: the arithmetic the useful tokens need, not the
+work the loop actually did on finished rows. It is set against this machine's
+measured single-thread matmul peak on the model's own decode shapes
+(``[N, d] @ [d, k]`` for the layer widths), best of several repeats.
+
+    python benchmarks/rollout_engines.py                                  # ~1 min on an idle machine
+    python benchmarks/rollout_engines.py --rounds 3 --batch_size 2 --out /tmp/bench_smoke
+    python benchmarks/rollout_engines.py --device cuda --engines hf vllm --name gpu_check   # GPU machines
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import common
+import torch
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def matmul_peak(model, rows: int, device: str, repeats: int = 5, inner: int = 50) -> tuple[float, str]:
+    """Best FLOP/s of ``F.linear`` on [rows, in] x [out, in] for every Linear shape of the model."""
+    shapes = sorted({tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear)})
+    best, where = 0.0, ""
+    for out_f, in_f in shapes:
+        x, w = torch.randn(rows, in_f, device=device), torch.randn(out_f, in_f, device=device)
+        for _ in range(repeats):
+            sync(device)
+            t = time.perf_counter()
+            for _ in range(inner):
+                torch.nn.functional.linear(x, w)
+            sync(device)
+            rate = 2 * rows * in_f * out_f * inner / (time.perf_counter() - t)
+            if rate > best:
+                best, where = rate, f"[{rows}, {in_f}] x [{in_f}, {out_f}]"
+    return best, where
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=8, help="interleaved rounds (default 8)")
+    parser.add_argument("--warmup", type=int, default=1, help="leading rounds left out (default 1)")
+    parser.add_argument("--batch_size", type=int, default=16, help="prompts B (default 16)")
+    parser.add_argument("--group_size", type=int, default=8, help="completions per prompt G (default 8)")
+    parser.add_argument("--max_new_tokens", type=int, default=48, help="completion budget (default 48)")
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        default=["hf", "fast"],
+        choices=["hf", "fast", "vllm"],
+        help="(default hf fast)",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument(
+        "--name", default="rollout_engines", help="results file stem (default rollout_engines)"
+    )
+    common.add_common_args(parser)
+    args = parser.parse_args()
+    common.set_threads(args.threads)
+    started, load_start = time.time(), common.load_average()
+
+    from lightning_rlvr.engines.hf import HFGenerateEngine
+    from lightning_rlvr.rollout import encode_prompts
+
+    module = common.build_cli("grpo", overrides=["--model.max_new_tokens", str(args.max_new_tokens)]).model
+    module.warm_start.run(module.model, module.tokenizer, module.policy_source, module.task)
+    module.model.to(args.device)
+    model, tok = module.model, module.tokenizer
+    params = sum(p.numel() for p in model.parameters())
+    problems = [module.task.train_problem(i) for i in range(args.batch_size)]
+    ids, mask = (
+        t.repeat_interleave(args.group_size, 0).to(args.device) for t in encode_prompts(tok, problems)
+    )
+    engines = {"hf": HFGenerateEngine()}
+    if "fast" in args.engines:
+        from lightning_rlvr.engines.fast import FastEngine
+
+        engines["fast"] = FastEngine()
+    if "vllm" in args.engines:
+        from lightning_rlvr.engines.vllm import VLLMEngine
+
+        engines["vllm"] = VLLMEngine()
+    seed = [0]
+    last: dict[str, torch.Tensor] = {}
+
+    def engine_runner(name: str):
+        def run() -> tuple[float, int]:
+            module.engine = engines[name]
+            torch.manual_seed(seed[0])
+            sync(args.device)
+            t = time.perf_counter()
+            rollout = module.rollout(problems, args.group_size)
+            sync(args.device)
+            dt = time.perf_counter() - t
+            last[name] = rollout.completion_ids
+            return dt, int(rollout.lengths.sum())
+
+        return run
+
+    @torch.no_grad()
+    def bare() -> tuple[float, int]:
+        torch.manual_seed(seed[0])
+        model.eval()
+        sync(args.device)
+        t = time.perf_counter()
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=args.max_new_tokens,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            use_cache=True,
+        )
+        sync(args.device)
+        dt = time.perf_counter() - t
+        comp = out[:, ids.shape[1] :]
+        is_eos = comp == tok.eos_token_id
+        after = (is_eos.cumsum(-1) - is_eos.long()) > 0  # strictly after the first EOS
+        last["bare"] = comp.masked_fill(after, tok.pad_token_id)
+        return dt, int((~after).sum())
+
+    names = {
+        "bare": "bare `model.generate`",
+        "hf": "`HFGenerateEngine` rollout",
+        "fast": "`FastEngine` rollout",
+        "vllm": "`VLLMEngine` rollout",
+    }
+    runners = {"bare": bare, **{k: engine_runner(k) for k in engines}}
+    results: dict[str, list[tuple[float, int]]] = {k: [] for k in runners}
+    same: dict[str, list[bool]] = {k: [] for k in engines}
+    order = list(runners)
+    for r in range(args.rounds):
+        shift = r % len(order)
+        for name in order[shift:] + order[:shift]:
+            results[name].append(runners[name]())
+        for name in same:
+            a, b = last[name], last["bare"]
+            same[name].append(a.shape == b.shape and bool((a == b).all()))
+        seed[0] += 1
+        print(f"round {r + 1}/{args.rounds} (load {common.load_average()})", flush=True)
+    peak, peak_shape = matmul_peak(model, args.batch_size * args.group_size, args.device)
+
+    kept = slice(args.warmup, None)
+    bare_tps = [n / t for t, n in results["bare"][kept]]
+    rows, ratios = [], {}
+    for name in runners:
+        secs = [t for t, _ in results[name][kept]]
+        tps = [n / t for t, n in results[name][kept]]
+        ratios[name] = [a / b for a, b in zip(tps, bare_tps)]
+        flops = common.median(tps) * 2 * params
+        rows.append(
+            [
+                names[name],
+                common.fmt(common.median(secs)),
+                common.fmt(common.median(tps), 0),
+                common.fmt(common.median(ratios[name]), 2),
+                common.fmt(flops / 1e9, 2),
+                f"{100 * flops / peak:.0f}%",
+                "-" if name == "bare" else f"{sum(same[name])}/{len(same[name])}",
+            ]
+        )
+    fast = common.median(ratios.get("fast", [float("nan")]))
+    threads = f"{torch.get_num_threads()} thread(s)" if args.device == "cpu" else args.device
+    body = "\n".join(
+        [
+            f"Batch: {args.batch_size} prompts x {args.group_size} completions, "
+            f"at most {args.max_new_tokens} new tokens, temperature 1. "
+            f"Model: the quickstart's warm-started policy, {params:,} parameters. "
+            f"{args.rounds} interleaved rounds, first {args.warmup} dropped; medians. Tokens = completion "
+            "tokens up to and including EOS. `x bare` is the median of per-round ratios of tokens/s. "
+            "`same tokens` counts rounds whose completions equal the bare `generate`'s token for token.",
+            "",
+            common.md_table(
+                [
+                    "rollout",
+                    "seconds",
+                    "tokens/s",
+                    "x bare",
+                    "model GFLOP/s",
+                    "of matmul peak",
+                    "same tokens",
+                ],
+                rows,
+            ),
+            "",
+            f"Matmul peak on this machine, {threads}: {peak / 1e9:.1f} GFLOP/s "
+            f"(best `F.linear` over the model's decode shapes, at {peak_shape}). Model FLOP/s = "
+            "2 x parameters x completion tokens / rollout seconds.",
+            "",
+            "Per-round ratios to bare `generate` (tokens/s):",
+            *(f"- {names[n]}: " + ", ".join(common.fmt(x, 2) for x in ratios[n]) for n in engines),
+            "",
+            ""
+            if "fast" not in engines
+            else f"Target: `FastEngine` >= 1.5x bare `generate`: {'met' if fast >= 1.5 else 'missed'} "
+            f"({common.fmt(fast, 2)}x).",
+        ]
+    )
+    common.write_result(
+        args.name, "Rollout engines against a bare generate", body, started, load_start, args.out
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+"""Rollout engines, chosen by ``class_path`` (``model.engine``); see ``base.py`` for the seam.
+
+* ``hf.HFGenerateEngine`` -- Hugging Face ``generate`` (default; any model, LoRA, FSDP).
+* ``fast.FastEngine`` -- a lean decode loop for small Llama-style models on CPU.
+* ``vllm.VLLMEngine`` -- colocated vLLM on a GPU.
+
+Only the base classes are imported here; each engine module is imported when chosen.
+"""
+
+from lightning_rlvr.engines.base import Generation, RolloutEngine, Sampling
+
+__all__ = ["Generation", "RolloutEngine", "Sampling"]

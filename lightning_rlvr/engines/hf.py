@@ -1,0 +1,57 @@
+"""``HFGenerateEngine``: one batched Hugging Face ``generate`` call with KV cache (the default).
+
+This is the behaviour the project always had, and it samples exactly what it
+sampled before under the same seed: the contexts are repeated ``n`` times and
+passed to ``generate`` with the same arguments. Under FSDP every rank must run
+the same number of forwards (each is a collective), so ``synced_gpus`` is set
+whenever more than one rank is running; that is this engine's business, not the
+module's. It reads the live policy, so ``sync_weights`` has nothing to do, and it
+reports no log-probs of its own (``generate`` does not keep them by default).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from lightning_rlvr.distributed import world_size
+from lightning_rlvr.engines.base import Generation, RolloutEngine, Sampling
+from lightning_rlvr.rollout import completion_mask_from_ids
+
+
+class HFGenerateEngine(RolloutEngine):
+    """Hugging Face ``generate`` on the live policy (works for any causal LM, LoRA and FSDP included)."""
+
+    @torch.no_grad()
+    def generate(
+        self,
+        model,
+        context_ids: Tensor,
+        context_mask: Tensor,
+        n: int,
+        sampling: Sampling,
+        pad_id: int,
+        eos_id: int,
+    ) -> Generation:
+        ids = context_ids.repeat_interleave(n, 0)  # [N, P]
+        mask = context_mask.repeat_interleave(n, 0)  # [N, P]
+        was_training = model.training
+        model.eval()
+        sample = sampling.do_sample
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=sample,
+            temperature=sampling.temperature if sample else None,
+            top_p=sampling.top_p if sample else None,
+            top_k=sampling.top_k if sample else None,
+            max_new_tokens=sampling.max_new_tokens,
+            eos_token_id=eos_id,
+            pad_token_id=pad_id,
+            use_cache=True,
+            synced_gpus=world_size() > 1,  # every rank keeps stepping until all are done (FSDP)
+        )
+        model.train(was_training)
+        completion = out[:, ids.shape[1] :]  # [N, T]
+        keep = completion_mask_from_ids(completion, eos_id)
+        return Generation(completion_ids=completion.masked_fill(keep == 0, pad_id))
