@@ -54,6 +54,26 @@ from lightning_rlvr.warmstart import WarmStart
 log = logging.getLogger(__name__)
 
 
+def check_settings(
+    positive_ints: dict[str, Any], non_negative_ints: dict[str, Any], positive_floats: dict[str, Any]
+) -> None:
+    """Raise an ``RLVRError`` naming the first setting out of range or of the wrong type.
+
+    Checked when the module is built, so a bad value stops the run before any model
+    load or warm start, with a line that says what to change (not a traceback mid-run).
+    """
+    for name, value in positive_ints.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RLVRError(f"model.{name} must be a whole number >= 1, got {value!r}")
+    for name, value in non_negative_ints.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise RLVRError(f"model.{name} must be a whole number >= 0, got {value!r}")
+    for name, value in positive_floats.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            hint = " (greedy decoding is not supported: use a small value like 0.1)" if name == "temperature" else ""
+            raise RLVRError(f"model.{name} must be a number > 0, got {value!r}{hint}")
+
+
 class RLVRModule(LightningModule):
     """Policy, rollout and update for RLVR; the method lives in ``credit``.
 
@@ -122,6 +142,15 @@ class RLVRModule(LightningModule):
         gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
+        check_settings(
+            {"group_size": group_size, "max_new_tokens": max_new_tokens, "micro_batch_size": micro_batch_size,
+             "eval_samples": eval_samples, "ppo_epochs": ppo_epochs, "minibatches": minibatches,
+             "max_nonfinite_updates": max_nonfinite_updates},
+            {"top_k": top_k, "warmup_steps": warmup_steps},
+            {"temperature": temperature, "lr": lr},
+        )  # fmt: skip
+        if not 0.0 < top_p <= 1.0:
+            raise RLVRError(f"model.top_p must be in (0, 1] (1.0 = off), got {top_p!r}")
         self.save_hyperparameters()
         for key in [k for k, v in self.hparams.items() if not plain_value(v)]:
             del self.hparams[key]  # objects (Python use) cannot go in a weights-only checkpoint
