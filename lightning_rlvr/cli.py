@@ -213,7 +213,7 @@ def check_config_files(args: list[str]) -> None:
 
 
 def main(args: list[str] | None = None) -> None:
-    """Console entry point (``lightning-rlvr``); ``lightning-rlvr export ...`` goes to ``lightning_rlvr.export``."""
+    """Console entry point (``lightning-rlvr``); ``export ...`` runs ``lightning_rlvr.export``."""
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] == ["export"]:
         from lightning_rlvr.export import main as export_main

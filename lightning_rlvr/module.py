@@ -70,7 +70,7 @@ def check_settings(
             raise RLVRError(f"model.{name} must be a whole number >= 0, got {value!r}")
     for name, value in positive_floats.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            hint = " (greedy decoding is not supported: use a small value like 0.1)" if name == "temperature" else ""
+            hint = " (greedy decoding is not supported: use e.g. 0.1)" if name == "temperature" else ""
             raise RLVRError(f"model.{name} must be a number > 0, got {value!r}{hint}")
 
 
