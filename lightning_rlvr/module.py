@@ -18,7 +18,9 @@ With one epoch and one minibatch the importance ratio is 1 at the only
 update, so the rollout-time log-probs equal the detached current ones and no
 separate old-log-prob pass is run (unless a credit assigner asked for it).
 Validation and test sample ``eval_samples`` completions per held-out prompt
-and report pass@k, under a forked RNG so evaluation never shifts training.
+and report pass@k, under a forked RNG so evaluation never shifts training;
+test also reports ``maj@n`` (majority vote over the n = ``eval_samples``
+answers) for tasks that define ``Task.extract_answer``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from lightning_rlvr.credit.grpo import GRPOCredit
 from lightning_rlvr.distributed import all_sum, any_rank, shard_policy, world_size
 from lightning_rlvr.dynamic_sampling import EXTRA_OFFSET, DynamicSampling
 from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.metrics import PassAtK
+from lightning_rlvr.metrics import MajorityAtK, PassAtK
 from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
 from lightning_rlvr.objectives import clipped_surrogate, kl_k3, loss_weights, zero_std_groups
 from lightning_rlvr.prompts import PromptFormat
@@ -102,7 +104,7 @@ class RLVRModule(LightningModule):
         kl_beta: weight of the k3 KL to the frozen initial policy; 0 loads no reference.
         grad_clip: max gradient norm (0 = off).
         micro_batch_size: rows per forward pass in scoring and update (memory bound).
-        eval_samples: completions per prompt in validation and test (pass@k up to this k).
+        eval_samples: completions per prompt in validation and test (pass@k up to this k; maj@k at it).
         eval_seed: seed of evaluation sampling (the training RNG is left untouched).
         validate_at_start: log ``val/pass@1`` at step 0 of a fresh fit (the baseline RL starts from).
         max_nonfinite_updates: consecutive non-finite losses tolerated (skipped) before stopping.
@@ -185,6 +187,9 @@ class RLVRModule(LightningModule):
         self.eval_ks = sorted({1, eval_samples} | {2**i for i in range(1, 8) if 2**i <= eval_samples})
         self.val_pass = PassAtK(1)
         self.test_pass = torch.nn.ModuleDict({str(k): PassAtK(k) for k in self.eval_ks})
+        # maj@n over all n samples, for tasks with a final answer to vote on (Task.extract_answer)
+        has_answers = type(self.task).extract_answer is not Task.extract_answer
+        self.test_maj = MajorityAtK(eval_samples) if has_answers else None
         self.rl_step = 0  # RL steps done (the data position); checkpointed
         self.verifier_errors = 0
         self._nonfinite_streak = 0
@@ -440,7 +445,12 @@ class RLVRModule(LightningModule):
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(
-        self, batch: list[Problem], batch_idx: int, metrics: dict[str, PassAtK], stage: str | None
+        self,
+        batch: list[Problem],
+        batch_idx: int,
+        metrics: dict[str, PassAtK],
+        stage: str | None,
+        majority: MajorityAtK | None = None,
     ) -> None:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
@@ -452,12 +462,24 @@ class RLVRModule(LightningModule):
             metric.update(correct)
             if stage is not None:
                 self.log(f"{stage}/pass@{k}", metric, on_step=False, on_epoch=True, prog_bar=k == "1")
+        if majority is not None:
+            n = self.eval_samples
+            answers = [self._extract_answer(c) for c in rollout.completions]  # [B * n], grouped by prompt
+            majority.update([answers[i * n : (i + 1) * n] for i in range(len(batch))], correct)
+            self.log(f"{stage}/maj@{majority.k}", majority, on_step=False, on_epoch=True)
+
+    def _extract_answer(self, completion: str) -> str | None:
+        """``task.extract_answer`` that never raises: a failing extractor is a sample without a vote."""
+        try:
+            return self.task.extract_answer(completion)
+        except Exception:  # noqa: BLE001 - like a raising verifier, it must not stop the evaluation
+            return None
 
     def validation_step(self, batch: list[Problem], batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, {"1": self.val_pass}, "val")
 
     def test_step(self, batch: list[Problem], batch_idx: int) -> None:
-        self._evaluate(batch, batch_idx, dict(self.test_pass.items()), "test")
+        self._evaluate(batch, batch_idx, dict(self.test_pass.items()), "test", self.test_maj)
 
     # ------------------------------------------------------------------ checkpoint state
     def on_save_checkpoint(self, checkpoint: dict) -> None:

@@ -52,6 +52,8 @@ class SandboxedCodeTask(Task):
     (code placed before the completion) and ``entry_point`` (HumanEval's ``check`` target).
     """
 
+    extract_answer = Task.extract_answer  # a program has no final answer to vote on (not JsonlTask's)
+
     def __init__(self, sandbox: SandboxLimits | None = None, workers: int | None = None) -> None:
         self.sandbox = sandbox or SandboxLimits()
         # each worker mostly waits on an interpreter start, so twice the CPUs keeps them busy

@@ -109,3 +109,7 @@ class ReasoningGymTask(Task):
             return Verdict(0.0, "no <answer> found")
         reward = float(self.dataset.score_answer(got, problem.meta["entry"]))
         return Verdict(reward, "correct" if reward >= 1.0 else f"wrong answer {got[:80]}")
+
+    def extract_answer(self, completion: str) -> str | None:
+        """The ``<answer>`` (or ``answer:``) text that ``check`` scores (for ``test/maj@k``)."""
+        return extract_answer(completion)
