@@ -151,7 +151,7 @@ class RLVRModule(LightningModule):
             {"top_k": top_k, "warmup_steps": warmup_steps},
             {"temperature": temperature, "lr": lr},
         )  # fmt: skip
-        if not 0.0 < top_p <= 1.0:
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
             raise RLVRError(f"model.top_p must be in (0, 1] (1.0 = off), got {top_p!r}")
         self.save_hyperparameters()
         for key in [k for k, v in self.hparams.items() if not plain_value(v)]:
