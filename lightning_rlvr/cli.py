@@ -1,18 +1,39 @@
-"""``lightning-rlvr fit|validate|test``: LightningCLI over ``RLVRModule`` and ``RLVRDataModule``.
+"""``lightning-rlvr fit|validate|test|export``: LightningCLI over ``RLVRModule`` and ``RLVRDataModule``.
 
 Configs compose: ``--config configs/quickstart.yaml --config configs/method/shear.yaml``
 merges left to right, and any key can be overridden with a dotted flag
 (``--model.lr 1e-4``). ``--print_config`` shows the merged result. The method
 is ``model.credit``, chosen by ``class_path``. ``test --ckpt_path ckpt`` needs no
 config: the module (task, policy, method) is rebuilt from the checkpoint.
+``export`` writes a trained checkpoint as a Hugging Face directory (``lightning_rlvr.export``).
+
+Where outputs go: everything lands under ``trainer.default_root_dir`` (default ``runs``)
+unless a path is given explicitly. The logger's ``save_dir`` defaults to the placeholder
+``${trainer.default_root_dir}``, and ``checkpoint.dirpath`` may use it too (the quickstart
+keeps its checkpoints in ``${trainer.default_root_dir}/quickstart/checkpoints``); with no
+``checkpoint.dirpath`` checkpoints go to the logger's version folder
+(``<save_dir>/<name>/version_N/checkpoints``), as in Lightning.
+
+``--ckpt_path last`` resumes from the newest ``last*.ckpt`` of this run: in
+``checkpoint.dirpath`` when set, else in any version folder of the logger's
+``<save_dir>/<name>``. When there is none the CLI stops with one error line instead
+of silently training from step 0.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
+import zipfile
+from argparse import ArgumentError
+from pathlib import Path
+from typing import Any
 
+import torch
+import yaml
+from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -20,27 +41,185 @@ from lightning_rlvr.data import RLVRDataModule
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.module import RLVRModule
 
+ROOT = "${trainer.default_root_dir}"  # replaced by the run's trainer.default_root_dir
+DEFAULT_ROOT_DIR = "runs"
+_LAST = re.compile(r"^last(-v?\d+)?\.ckpt$")
+
 
 class RLVRCLI(LightningCLI):
-    """LightningCLI with RLVR defaults: CSV logs, a ``last`` checkpoint, seeded runs."""
+    """LightningCLI with RLVR defaults: CSV logs under ``runs``, a ``last`` checkpoint, seeded runs."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults({"checkpoint.save_last": True, "checkpoint.every_n_train_steps": 25})
         parser.set_defaults(
             {
+                "trainer.default_root_dir": DEFAULT_ROOT_DIR,
                 "trainer.logger": {
                     "class_path": "lightning.pytorch.loggers.CSVLogger",
-                    "init_args": {"save_dir": "runs", "name": "rlvr"},
+                    "init_args": {"save_dir": ROOT, "name": "rlvr"},
                 },
                 "trainer.log_every_n_steps": 1,
                 "trainer.num_sanity_val_steps": 0,
             }
         )
 
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        resolve_output_paths(self.config[subcommand] if subcommand else self.config)
+
+    def _set_seed(self) -> None:
+        """Seed as LightningCLI does, without its "Seed set to" line (an error must be the only line)."""
+        seed = self._get(self.config, "seed_everything")
+        if seed is False:
+            return
+        seed = seed_everything(None if seed is True else seed, workers=True, verbose=False)
+        (self.config[self.subcommand] if self.subcommand else self.config)["seed_everything"] = seed
+
+    def _parse_ckpt_path(self) -> None:
+        """Resolve output paths and ``--ckpt_path`` (``last``, or a file checked to be a checkpoint).
+
+        Replaces LightningCLI's version, which reads the module's hyperparameters from the
+        checkpoint (so ``test --ckpt_path`` needs no config) but lets a damaged file raise a
+        traceback and leaves ``last`` to a trainer that only looks in the new run's folder.
+        """
+        subcommand = self.config.get("subcommand")
+        if not subcommand:
+            return
+        config = self.config[subcommand]
+        ckpt_path = config.get("ckpt_path")
+        if not ckpt_path:
+            return
+        if ckpt_path == "last":
+            ckpt_path = find_last_checkpoint(config)
+            config["ckpt_path"] = ckpt_path
+        elif ckpt_path in ("best", "hpc", "registry") or ckpt_path.startswith("registry:"):
+            return  # Lightning's own names, resolved by the trainer
+        hparams = dict(read_checkpoint(ckpt_path).get("hyper_parameters") or {})
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+
+
+def _loggers(trainer_config: Any) -> list[Any]:
+    """The logger configs (``class_path`` + ``init_args``) of a trainer config."""
+    logger = trainer_config.get("logger")
+    items = logger if isinstance(logger, list) else [logger]
+    return [item for item in items if hasattr(item, "get") and item.get("init_args") is not None]
+
+
+def resolve_output_paths(config: Any) -> None:
+    """Replace ``${trainer.default_root_dir}`` in logger ``save_dir`` and ``checkpoint.dirpath``."""
+    root = str(config.get("trainer.default_root_dir") or ".")
+    for logger in _loggers(config["trainer"]):
+        save_dir = logger["init_args"].get("save_dir")
+        if isinstance(save_dir, str):
+            logger["init_args"]["save_dir"] = save_dir.replace(ROOT, root)
+    dirpath = config.get("checkpoint.dirpath")
+    if isinstance(dirpath, str):
+        config["checkpoint.dirpath"] = dirpath.replace(ROOT, root)
+
+
+def checkpoint_dirs(config: Any) -> list[Path]:
+    """Where this run's checkpoints are: ``checkpoint.dirpath``, else every version folder of the logger."""
+    dirpath = config.get("checkpoint.dirpath")
+    if dirpath:
+        return [Path(dirpath)]
+    loggers = _loggers(config["trainer"])
+    if not loggers or config.get("trainer.logger") is False:
+        return [Path(str(config.get("trainer.default_root_dir") or ".")) / "checkpoints"]
+    args = loggers[0]["init_args"]
+    run_dir = Path(str(args.get("save_dir") or ".")) / str(args.get("name") or "")
+    return sorted(run_dir.glob("version_*/checkpoints"))
+
+
+def find_last_checkpoint(config: Any) -> str:
+    """The newest ``last*.ckpt`` of this run (see ``checkpoint_dirs``), or an ``RLVRError``."""
+    dirs = checkpoint_dirs(config)
+    found = [p for d in dirs if d.is_dir() for p in d.iterdir() if _LAST.match(p.name) and p.is_file()]
+    if not found:
+        where = ", ".join(str(d) for d in dirs) or _run_dir_hint(config)
+        raise RLVRError(
+            f"--ckpt_path last: no last.ckpt in {where}; nothing to resume. Give the same "
+            "--trainer.default_root_dir / logger name / --checkpoint.dirpath as the run to resume, "
+            "a checkpoint file, or no --ckpt_path to start fresh"
+        )
+    return str(max(found, key=lambda p: (p.stat().st_mtime, p.name)))
+
+
+def _run_dir_hint(config: Any) -> str:
+    loggers = _loggers(config["trainer"])
+    if not loggers:
+        return "the checkpoint directory"
+    args = loggers[0]["init_args"]
+    return str(Path(str(args.get("save_dir") or ".")) / str(args.get("name") or "") / "version_*/checkpoints")
+
+
+def read_checkpoint(path: str) -> dict:
+    """Load a checkpoint's dict (memory-mapped, CPU), or raise an ``RLVRError`` that says what is wrong."""
+    file = Path(path)
+    if not file.is_file():
+        raise RLVRError(f"--ckpt_path {path}: no such file")
+    if file.stat().st_size == 0:
+        raise RLVRError(
+            f"--ckpt_path {path}: the file is empty (an interrupted save?); pick another checkpoint"
+        )
+    if not zipfile.is_zipfile(file):  # torch.save writes a zip archive; a cut-off one has no end record
+        raise RLVRError(
+            f"--ckpt_path {path}: not a checkpoint file (truncated, or another kind of file); "
+            "pick a .ckpt written by lightning-rlvr fit"
+        )
+    try:
+        ckpt = torch.load(file, weights_only=True, map_location="cpu", mmap=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise RLVRError(
+            f"--ckpt_path {path}: not a readable checkpoint (truncated or another kind of file: {reason}); "
+            "pick a .ckpt written by lightning-rlvr fit"
+        ) from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise RLVRError(f"--ckpt_path {path}: not a Lightning checkpoint (no state_dict)")
+    return ckpt
+
+
+def check_config_files(args: list[str]) -> None:
+    """Fail on a ``--config`` file that is not valid YAML or not a mapping, naming the file and line."""
+    for i, arg in enumerate(args):
+        if arg in ("--config", "-c") and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--config="):
+            value = arg.split("=", 1)[1]
+        else:
+            continue
+        path = Path(value)
+        if not path.is_file():
+            continue  # an inline config string, or a missing file jsonargparse reports
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise RLVRError(f"{value}: not valid YAML{where}: {problem}") from None
+        if data is not None and not isinstance(data, dict):
+            raise RLVRError(
+                f"{value}: a config must be a mapping of sections (trainer:, model:, data:, ...), "
+                f"got a {type(data).__name__}"
+            )
+
 
 def main(args: list[str] | None = None) -> None:
-    """Console entry point (``lightning-rlvr``)."""
+    """Console entry point (``lightning-rlvr``); ``export ...`` runs ``lightning_rlvr.export``."""
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv[:1] == ["export"]:
+        from lightning_rlvr.export import main as export_main
+
+        export_main(argv[1:])
+        return
     run(args)
 
 
@@ -51,20 +230,58 @@ def run(args: list[str] | None = None) -> RLVRCLI:
     warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
     warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
     try:
+        check_config_files(sys.argv[1:] if args is None else list(args))
         return RLVRCLI(
             RLVRModule,
             RLVRDataModule,
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
+            parser_kwargs={"exit_on_error": False},  # parse errors come back here, printed as one line
             args=args,
             auto_configure_optimizers=False,
         )
     except Exception as err:
-        user_error = _user_error(err)
-        if user_error is None:
+        message = user_error_message(err)
+        if message is None:
             raise
-        sys.stderr.write(f"lightning-rlvr: error: {user_error}\n")
+        sys.stderr.write(f"lightning-rlvr: error: {message}\n")
         raise SystemExit(2) from None
+
+
+def user_error_message(err: BaseException) -> str | None:
+    """One line for a user error (an ``RLVRError`` or a parse error), None for a bug."""
+    user = _user_error(err)
+    if user is not None:
+        return " ".join(str(user).split())
+    if isinstance(err, ArgumentError) or type(err).__name__ == "ArgumentError":
+        return one_line_parse_error(str(err))
+    return None
+
+
+def one_line_parse_error(message: str) -> str:
+    """jsonargparse's multi-line parse errors as one line: the key and the most specific reason."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if not lines:
+        return "could not parse the arguments; run with --help"
+    key = re.match(r'Parser key "([^"]+)":\s*(.*)', lines[0])
+    if lines[0].startswith("unrecognized arguments:"):
+        return f"{lines[0]} (see --help for the accepted options)"
+    if lines[0].startswith("Problems parsing config:"):
+        unknown = next((ln for ln in lines if "is not expected" in ln or "not accepted" in ln), None)
+        detail = unknown or " ".join(lines[0].split(":", 1)[1:]).strip() or " ".join(lines[1:3])
+        return f"in a --config file: {detail}"
+    if not key:
+        return " ".join(lines)
+    name, rest = key.group(1), [key.group(2)] if key.group(2) else []
+    rest += lines[1:]
+    for i, line in enumerate(rest):  # a class_path problem names the class and what is wrong with it
+        m = re.match(r"- Problem with given class_path '([^']+)':\s*(.*)", line)
+        if m:
+            reason = m.group(2) or (rest[i + 1] if i + 1 < len(rest) else "")
+            return f"{name}: class_path {m.group(1)!r}: {reason.lstrip('- ')}"
+    reason = next((ln for ln in rest if ln.startswith("Expected")), rest[0] if rest else "invalid value")
+    reason = re.sub(r"<class '([\w.]+)'>", r"\1", reason)
+    return f"{name}: {reason}"
 
 
 def _user_error(err: BaseException) -> RLVRError | None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.tasks.base import Problem, Task
 
 
@@ -62,7 +63,7 @@ class RLVRDataModule(LightningDataModule):
 
     Args:
         batch_size: prompts per RL step and rank (B); each gets ``model.group_size`` completions.
-        val_size: held-out prompts per validation.
+        val_size: held-out prompts per validation (0 = none).
         test_size: held-out prompts for ``test``.
         eval_batch_size: prompts per evaluation batch.
     """
@@ -71,6 +72,14 @@ class RLVRDataModule(LightningDataModule):
         self, batch_size: int = 16, val_size: int = 256, test_size: int = 256, eval_batch_size: int = 64
     ):
         super().__init__()
+        for name, value, least in [
+            ("batch_size", batch_size, 1),
+            ("eval_batch_size", eval_batch_size, 1),
+            ("val_size", val_size, 0),
+            ("test_size", test_size, 1),
+        ]:
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise RLVRError(f"data.{name} must be a whole number >= {least}, got {value!r}")
         self.batch_size = batch_size
         self.val_size = val_size
         self.test_size = test_size

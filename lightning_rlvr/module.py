@@ -21,7 +21,9 @@ between updates of one rollout (ppo_epochs > 1 or minibatches > 1) or the loss
 asks (TIS with the engine's log-probs). Otherwise the importance ratio is 1 at
 the only update and the detached current log-probs stand in for them.
 Validation and test sample ``eval_samples`` completions per held-out prompt
-and report pass@k, under a forked RNG so evaluation never shifts training.
+and report pass@k, under a forked RNG so evaluation never shifts training;
+test also reports ``maj@n`` (majority vote over the n = ``eval_samples``
+answers) for tasks that define ``Task.extract_answer``.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from lightning_rlvr.engines.base import RolloutEngine, Sampling
 from lightning_rlvr.engines.hf import HFGenerateEngine
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.losses import PolicyLoss, PPOClip
-from lightning_rlvr.metrics import PassAtK
+from lightning_rlvr.metrics import MajorityAtK, PassAtK
 from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
 from lightning_rlvr.objectives import loss_weights, zero_std_groups
 from lightning_rlvr.prompts import PromptFormat
@@ -59,6 +61,26 @@ from lightning_rlvr.tasks.base import Problem, Task
 from lightning_rlvr.warmstart import WarmStart
 
 log = logging.getLogger(__name__)
+
+
+def check_settings(
+    positive_ints: dict[str, Any], non_negative_ints: dict[str, Any], positive_floats: dict[str, Any]
+) -> None:
+    """Raise an ``RLVRError`` naming the first setting out of range or of the wrong type.
+
+    Checked when the module is built, so a bad value stops the run before any model
+    load or warm start, with a line that says what to change (not a traceback mid-run).
+    """
+    for name, value in positive_ints.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RLVRError(f"model.{name} must be a whole number >= 1, got {value!r}")
+    for name, value in non_negative_ints.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise RLVRError(f"model.{name} must be a whole number >= 0, got {value!r}")
+    for name, value in positive_floats.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            hint = " (greedy decoding is not supported: use e.g. 0.1)" if name == "temperature" else ""
+            raise RLVRError(f"model.{name} must be a number > 0, got {value!r}{hint}")
 
 
 class RLVRModule(LightningModule):
@@ -87,7 +109,7 @@ class RLVRModule(LightningModule):
         minibatches: optimiser steps per pass (rows are shuffled between passes).
         grad_clip: max gradient norm (0 = off).
         micro_batch_size: rows per forward pass in scoring and update (memory bound).
-        eval_samples: completions per prompt in validation and test (pass@k up to this k).
+        eval_samples: completions per prompt in validation and test (pass@k up to this k; maj@k at it).
         eval_seed: seed of evaluation sampling (the training RNG is left untouched).
         validate_at_start: log ``val/pass@1`` at step 0 of a fresh fit (the baseline RL starts from).
         max_nonfinite_updates: consecutive non-finite losses tolerated (skipped) before stopping.
@@ -125,6 +147,15 @@ class RLVRModule(LightningModule):
         gradient_checkpointing: bool = False,
     ) -> None:
         super().__init__()
+        check_settings(
+            {"group_size": group_size, "max_new_tokens": max_new_tokens, "micro_batch_size": micro_batch_size,
+             "eval_samples": eval_samples, "ppo_epochs": ppo_epochs, "minibatches": minibatches,
+             "max_nonfinite_updates": max_nonfinite_updates},
+            {"top_k": top_k, "warmup_steps": warmup_steps},
+            {"temperature": temperature, "lr": lr},
+        )  # fmt: skip
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
+            raise RLVRError(f"model.top_p must be in (0, 1] (1.0 = off), got {top_p!r}")
         self.save_hyperparameters()
         for key in [k for k, v in self.hparams.items() if not plain_value(v)]:
             del self.hparams[key]  # objects (Python use) cannot go in a weights-only checkpoint
@@ -157,6 +188,9 @@ class RLVRModule(LightningModule):
         self.eval_ks = sorted({1, eval_samples} | {2**i for i in range(1, 8) if 2**i <= eval_samples})
         self.val_pass = PassAtK(1)
         self.test_pass = torch.nn.ModuleDict({str(k): PassAtK(k) for k in self.eval_ks})
+        # maj@n over all n samples, for tasks with a final answer to vote on (Task.extract_answer)
+        has_answers = type(self.task).extract_answer is not Task.extract_answer
+        self.test_maj = MajorityAtK(eval_samples) if has_answers else None
         self.rl_step = 0  # RL steps done (the data position); checkpointed
         self.verifier_errors = 0
         self._nonfinite_streak = 0
@@ -402,7 +436,12 @@ class RLVRModule(LightningModule):
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(
-        self, batch: list[Problem], batch_idx: int, metrics: dict[str, PassAtK], stage: str | None
+        self,
+        batch: list[Problem],
+        batch_idx: int,
+        metrics: dict[str, PassAtK],
+        stage: str | None,
+        majority: MajorityAtK | None = None,
     ) -> None:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
@@ -414,12 +453,24 @@ class RLVRModule(LightningModule):
             metric.update(correct)
             if stage is not None:
                 self.log(f"{stage}/pass@{k}", metric, on_step=False, on_epoch=True, prog_bar=k == "1")
+        if majority is not None:
+            n = self.eval_samples
+            answers = [self._extract_answer(c) for c in rollout.completions]  # [B * n], grouped by prompt
+            majority.update([answers[i * n : (i + 1) * n] for i in range(len(batch))], correct)
+            self.log(f"{stage}/maj@{majority.k}", majority, on_step=False, on_epoch=True)
+
+    def _extract_answer(self, completion: str) -> str | None:
+        """``task.extract_answer`` that never raises: a failing extractor is a sample without a vote."""
+        try:
+            return self.task.extract_answer(completion)
+        except Exception:  # noqa: BLE001 - like a raising verifier, it must not stop the evaluation
+            return None
 
     def validation_step(self, batch: list[Problem], batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, {"1": self.val_pass}, "val")
 
     def test_step(self, batch: list[Problem], batch_idx: int) -> None:
-        self._evaluate(batch, batch_idx, dict(self.test_pass.items()), "test")
+        self._evaluate(batch, batch_idx, dict(self.test_pass.items()), "test", self.test_maj)
 
     # ------------------------------------------------------------------ checkpoint state
     def on_save_checkpoint(self, checkpoint: dict) -> None:

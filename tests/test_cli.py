@@ -49,8 +49,9 @@ def test_test_from_checkpoint_needs_no_config(run_cli, tmp_path):
     assert cli.model.credit.scale_by_std is False  # the method came back from the checkpoint
     assert cli.model.task.digits == 1  # so did the task
     metrics = cli.trainer.callback_metrics
-    assert {"test/pass@1", "test/pass@2"} <= set(metrics)
+    assert {"test/pass@1", "test/pass@2", "test/maj@2"} <= set(metrics)
     assert 0.0 <= float(metrics["test/pass@1"]) <= float(metrics["test/pass@2"]) <= 1.0
+    assert 0.0 <= float(metrics["test/maj@2"]) <= float(metrics["test/pass@2"])  # a vote needs one right
     trained = torch.load(ckpt, weights_only=True)["state_dict"]
     for name, value in cli.model.state_dict().items():
         if name in trained:

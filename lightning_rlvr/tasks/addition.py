@@ -94,6 +94,11 @@ class AdditionTask(Task):
             n += 1
         return n
 
+    def extract_answer(self, completion: str) -> str | None:
+        """The number after ``answer:`` as a canonical integer (``"042"`` and ``"42"`` vote together)."""
+        got = extract_answer(completion)
+        return None if got is None else str(int(got))
+
     def check(self, completion: str, problem: Problem) -> Verdict:
         got = extract_answer(completion)
         if got is None:

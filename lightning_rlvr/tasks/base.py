@@ -73,6 +73,16 @@ class Task:
         """Score ``completion``; it may be malformed, and must then get a low reward, not raise."""
         raise NotImplementedError
 
+    def extract_answer(self, completion: str) -> str | None:
+        """The final answer ``completion`` commits to, as a comparable string, or None.
+
+        Used by ``test/maj@k`` (majority vote over a prompt's samples): two completions vote
+        for the same answer when these strings are equal, so a task should return a canonical
+        form (e.g. ``"042"`` -> ``"42"``). The default returns None, meaning the task has no
+        notion of a final answer (code, free text): maj@k is then not reported for it.
+        """
+        return None
+
     def check_batch(self, completions: list[str], problems: list[Problem]) -> list[tuple[Verdict, bool]]:
         """Score many completions (``problems[i]`` belongs to ``completions[i]``): ``(verdict, raised)`` each.
 

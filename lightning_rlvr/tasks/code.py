@@ -111,6 +111,8 @@ class SandboxedCodeTask(Task):
     cannot isolate code (see ``SandboxLimits.unsafe``).
     """
 
+    extract_answer = Task.extract_answer  # a program has no final answer to vote on (not JsonlTask's)
+
     def __init__(self, sandbox: SandboxLimits | None = None, workers: int | None = None) -> None:
         self.sandbox = sandbox or SandboxLimits()
         sandbox_report(self.sandbox)  # fail at start-up, with one clear error, not per completion

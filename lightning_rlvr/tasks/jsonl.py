@@ -118,3 +118,8 @@ class JsonlTask(Task):
             return Verdict(0.0, "no answer found")
         ok = normalise_answer(got) == normalise_answer(problem.answer)
         return Verdict(float(ok), "correct" if ok else f"wrong answer {got.strip()}")
+
+    def extract_answer(self, completion: str) -> str | None:
+        """The answer ``check`` compares, normalised the same way (for ``test/maj@k``)."""
+        got = last_answer(completion)
+        return None if got is None else normalise_answer(got)

@@ -14,7 +14,7 @@ compared whole: ``(1, 5)`` is not ``(3, 5)``, ``[1, 5]`` is not ``(1, 5)``, ``2,
 
 from __future__ import annotations
 
-from lightning_rlvr.rewards.math import math_reward, reference_answer
+from lightning_rlvr.rewards.math import completion_answer, math_reward, reference_answer
 from lightning_rlvr.tasks.base import SPLITS, Problem, Verdict
 from lightning_rlvr.tasks.jsonl import JsonlTask, check_rows
 
@@ -57,3 +57,10 @@ class MathTask(JsonlTask):
     def check(self, completion: str, problem: Problem) -> Verdict:
         reward, feedback = math_reward(completion, problem.answer)
         return Verdict(reward, feedback)
+
+    def extract_answer(self, completion: str) -> str | None:
+        """The answer ``check`` takes from a completion (last ``\\boxed{}``, ``####`` or ``answer:``).
+
+        Votes compare these strings as written, so ``1/2`` and ``0.5`` count as different answers.
+        """
+        return completion_answer(completion)

@@ -172,3 +172,7 @@ class ReasoningGymTask(Task):
         reward = float(self.dataset.score_answer(got, problem.meta["entry"]))
         correct = reward >= 1.0  # reasoning-gym scores partial credit: only a full score is a success
         return Verdict(reward, "correct" if correct else f"wrong answer {got[:80]}", correct)
+
+    def extract_answer(self, completion: str) -> str | None:
+        """The ``<answer>`` (or ``answer:``) text that ``check`` scores (for ``test/maj@k``)."""
+        return extract_answer(completion)

@@ -1,0 +1,93 @@
+"""``lightning-rlvr export --ckpt_path X --out DIR``: a trained policy as a Hugging Face directory.
+
+The module (policy, LoRA, task) is rebuilt from the checkpoint alone, as ``test``
+does, and the policy is written with ``save_pretrained`` next to its tokenizer, so
+``AutoModelForCausalLM.from_pretrained(DIR)`` and vLLM (``vllm serve DIR``) load it.
+
+A LoRA run (``model.lora``) is written one of two ways (``--lora``):
+
+- ``merge`` (default): the adapters are folded into the weights; DIR is a plain model.
+- ``adapter``: DIR holds the base model the adapters were trained on (the warm start
+  trains it before LoRA is applied, so it is not the original hub model) and
+  ``DIR/adapter`` the ``peft`` adapter, whose ``base_model_name_or_path`` points at DIR
+  (an absolute path: move both together, or edit it). Load with
+  ``AutoModelForCausalLM.from_pretrained("DIR/adapter")`` (``peft`` installed), or serve
+  with ``vllm serve DIR --enable-lora --lora-modules rlvr=DIR/adapter``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from lightning_rlvr.errors import RLVRError
+
+ADAPTER_DIR = "adapter"
+
+
+def load_module(ckpt_path: str):
+    """The ``RLVRModule`` of a checkpoint, on CPU in eval mode (LoRA adapters restored)."""
+    from lightning_rlvr.cli import read_checkpoint
+    from lightning_rlvr.module import RLVRModule
+
+    read_checkpoint(ckpt_path)  # one clear error for a missing, truncated or foreign file
+    return RLVRModule.load_from_checkpoint(ckpt_path, map_location="cpu", weights_only=True).eval()
+
+
+def export(ckpt_path: str, out: str, lora: str = "merge") -> Path:
+    """Write the checkpoint's policy and tokenizer to ``out``; returns the directory to load."""
+    if lora not in ("merge", "adapter"):
+        raise RLVRError(f"--lora must be 'merge' or 'adapter', got {lora!r}")
+    out_dir = Path(out)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise RLVRError(f"--out {out}: the directory is not empty; give a new or empty directory")
+    module = load_module(ckpt_path)
+    model, tokenizer = module.model, module.tokenizer
+    is_peft = hasattr(model, "peft_config")
+    if lora == "adapter" and not is_peft:
+        raise RLVRError(
+            f"--lora adapter: {ckpt_path} has no LoRA adapters (model.lora was not set); use --lora merge"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if is_peft and lora == "adapter":
+        adapter_dir = out_dir / ADAPTER_DIR
+        model.save_pretrained(adapter_dir)  # adapter weights + adapter_config.json only
+        config_file = adapter_dir / "adapter_config.json"
+        config = json.loads(config_file.read_text())
+        config["base_model_name_or_path"] = str(out_dir.resolve())
+        config_file.write_text(json.dumps(config, indent=2))
+        model = model.unload()  # the base weights without adapters, unmerged
+        tokenizer.save_pretrained(adapter_dir)
+    elif is_peft:
+        model = model.merge_and_unload()
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir / ADAPTER_DIR if is_peft and lora == "adapter" else out_dir
+
+
+def main(args: list[str] | None = None) -> None:
+    """``lightning-rlvr export`` (also ``lightning-rlvr-export``); user errors are one line, exit 2."""
+    parser = argparse.ArgumentParser(
+        prog="lightning-rlvr export", description="Write a checkpoint's policy as a Hugging Face directory."
+    )
+    parser.add_argument("--ckpt_path", required=True, help="a .ckpt written by lightning-rlvr fit")
+    parser.add_argument("--out", required=True, help="new or empty output directory")
+    parser.add_argument(
+        "--lora",
+        choices=["merge", "adapter"],
+        default="merge",
+        help="LoRA runs: fold the adapters into the weights, or save them as a peft adapter in OUT/adapter",
+    )
+    parsed = parser.parse_args(args)
+    try:
+        path = export(parsed.ckpt_path, parsed.out, parsed.lora)
+    except RLVRError as err:
+        sys.stderr.write(f"lightning-rlvr: error: {' '.join(str(err).split())}\n")
+        raise SystemExit(2) from None
+    print(f"exported to {path}")
+
+
+if __name__ == "__main__":
+    main()
