@@ -57,30 +57,11 @@ from lightning_rlvr.rollout import Rollout, generate_rollout
 from lightning_rlvr.scoring import Scorer, causal_lm_forward, entropy_from_logits, token_logprobs
 from lightning_rlvr.state import capture_rng, plain_value, restore_rng
 from lightning_rlvr.tasks.addition import AdditionTask
-from lightning_rlvr.tasks.base import Problem, Task
+from lightning_rlvr.tasks.base import Problem, Task, safe_extract_answer
+from lightning_rlvr.validation import check_settings
 from lightning_rlvr.warmstart import WarmStart
 
 log = logging.getLogger(__name__)
-
-
-def check_settings(
-    positive_ints: dict[str, Any], non_negative_ints: dict[str, Any], positive_floats: dict[str, Any]
-) -> None:
-    """Raise an ``RLVRError`` naming the first setting out of range or of the wrong type.
-
-    Checked when the module is built, so a bad value stops the run before any model
-    load or warm start, with a line that says what to change (not a traceback mid-run).
-    """
-    for name, value in positive_ints.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise RLVRError(f"model.{name} must be a whole number >= 1, got {value!r}")
-    for name, value in non_negative_ints.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise RLVRError(f"model.{name} must be a whole number >= 0, got {value!r}")
-    for name, value in positive_floats.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            hint = " (greedy decoding is not supported: use e.g. 0.1)" if name == "temperature" else ""
-            raise RLVRError(f"model.{name} must be a number > 0, got {value!r}{hint}")
 
 
 class RLVRModule(LightningModule):
@@ -153,9 +134,8 @@ class RLVRModule(LightningModule):
              "max_nonfinite_updates": max_nonfinite_updates},
             {"top_k": top_k, "warmup_steps": warmup_steps},
             {"temperature": temperature, "lr": lr},
+            top_p=top_p,
         )  # fmt: skip
-        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
-            raise RLVRError(f"model.top_p must be in (0, 1] (1.0 = off), got {top_p!r}")
         self.save_hyperparameters()
         for key in [k for k, v in self.hparams.items() if not plain_value(v)]:
             del self.hparams[key]  # objects (Python use) cannot go in a weights-only checkpoint
@@ -455,16 +435,9 @@ class RLVRModule(LightningModule):
                 self.log(f"{stage}/pass@{k}", metric, on_step=False, on_epoch=True, prog_bar=k == "1")
         if majority is not None:
             n = self.eval_samples
-            answers = [self._extract_answer(c) for c in rollout.completions]  # [B * n], grouped by prompt
+            answers = [safe_extract_answer(self.task, c) for c in rollout.completions]  # [B * n] by prompt
             majority.update([answers[i * n : (i + 1) * n] for i in range(len(batch))], correct)
             self.log(f"{stage}/maj@{majority.k}", majority, on_step=False, on_epoch=True)
-
-    def _extract_answer(self, completion: str) -> str | None:
-        """``task.extract_answer`` that never raises: a failing extractor is a sample without a vote."""
-        try:
-            return self.task.extract_answer(completion)
-        except Exception:  # noqa: BLE001 - like a raising verifier, it must not stop the evaluation
-            return None
 
     def validation_step(self, batch: list[Problem], batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, {"1": self.val_pass}, "val")

@@ -121,3 +121,11 @@ def safe_check(task: Task, completion: str, problem: Problem) -> tuple[Verdict, 
         return Verdict(reward, verdict.feedback, verdict.correct), False
     except Exception as err:  # noqa: BLE001 - any verifier failure is a zero reward, counted
         return Verdict(0.0, f"verifier error: {type(err).__name__}"), True
+
+
+def safe_extract_answer(task: Task, completion: str) -> str | None:
+    """``task.extract_answer`` that never raises: a failing extractor is a sample without a vote."""
+    try:
+        return task.extract_answer(completion)
+    except Exception:  # noqa: BLE001 - like a raising verifier, it must not stop the evaluation
+        return None
