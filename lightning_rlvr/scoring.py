@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_rlvr.distributed import max_over_ranks
+from lightning_rlvr.distributed import max_over_ranks, world_size
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.rollout import Rollout, position_ids
 
@@ -249,6 +249,20 @@ class Scorer:
         ids = self.rollout.completion_ids[:1, :1]
         causal_lm_forward(self.model, ids, torch.ones_like(ids))
 
+    def _prepare_student(self, has_views: bool) -> None:
+        """Run the policy pass ``_student`` reads before any view is scored, on every rank alike.
+
+        Under several ranks every rank runs it (its forwards are collectives), also one
+        without views; alone, only when some view will read it.
+        """
+        if self._student_logp is None and self._pass is None and (has_views or world_size() > 1):
+            self.policy()
+
+    def _idle_student(self) -> None:
+        """The student forward of a micro-batch, on a rank with nothing to score (uncached log-probs)."""
+        if self._student_logp is None:
+            self._idle_forward()
+
     # ------------------------------------------------------------------ other contexts
     @_scoring
     def compare(
@@ -279,9 +293,11 @@ class Scorer:
         spans = spans or [(0, lengths[row]) for row in rows]
         out: Tensor | None = None
         top: TopK | None = None  # [N, T, k] when teacher_top_k is set
+        self._prepare_student(bool(rows))
         for chunk in self._chunks(len(rows)):
             if not len(chunk):
-                self._idle_forward()
+                self._idle_forward()  # the teacher's forward ...
+                self._idle_student()  # ... and the student's, as ranks with views run them
                 continue
             views = chunk.tolist()
             seqs = [torch.cat([contexts[v], r.completion_ids[rows[v], : spans[v][1]]]) for v in views]
@@ -388,10 +404,11 @@ class TeacherScorer(Scorer):
     def _student(self, rows: Tensor) -> Tensor:
         return _scoring(Scorer._student)(self.policy_scorer, rows)  # the policy in eval mode, no grad
 
-    def _idle_forward(self) -> None:
-        super()._idle_forward()  # the teacher
-        if self.policy_scorer._student_logp is None:  # ranks that score views also run the policy
-            _scoring(Scorer._idle_forward)(self.policy_scorer)
+    def _prepare_student(self, has_views: bool) -> None:
+        _scoring(Scorer._prepare_student)(self.policy_scorer, has_views)
+
+    def _idle_student(self) -> None:
+        _scoring(Scorer._idle_student)(self.policy_scorer)
 
     def compare(self, *args, **kwargs) -> Tensor:
         before = self.forward_tokens

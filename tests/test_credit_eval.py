@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from lightning_rlvr import credit_eval as ce
 from lightning_rlvr.credit_metrics import (
@@ -162,8 +163,22 @@ def tiny_ckpt(tmp_path_factory) -> Path:
     return Path(run(args).trainer.checkpoint_callback.last_model_path)
 
 
+def method_files_at_test_scale(tmp_path: Path) -> list[str]:
+    """Every method YAML; OPD's with the test-scale teacher that tests/configs/tiny_opd.yaml sets."""
+    files = []
+    for path in sorted((REPO / "configs" / "method").glob("*.yaml")):
+        if path.stem == "opd":
+            cfg = yaml.safe_load(path.read_text())
+            small = yaml.safe_load((REPO / "tests" / "configs" / "tiny_opd.yaml").read_text())
+            cfg["model"]["credit"]["init_args"].update(small["model"]["credit"]["init_args"])
+            path = tmp_path / "opd.yaml"
+            path.write_text(yaml.safe_dump(cfg))
+        files.append(str(path))
+    return files
+
+
 def test_credit_eval_runs_every_method_on_the_same_rollouts_and_writes_the_table(tiny_ckpt, tmp_path):
-    methods = [str(p) for p in sorted((REPO / "configs" / "method").glob("*.yaml"))]
+    methods = method_files_at_test_scale(tmp_path)
     out = ce.main(
         ["--ckpt_path", str(tiny_ckpt), "--methods", *methods, "--prompts", "3", "--batch-prompts", "2"]
         + ["--group-size", "3", "--oracle-samples", "2", "--oracle-every", "4", "--bootstrap", "50"]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
@@ -89,6 +90,12 @@ def test_fsdp2_fit_checkpoint_and_test_in_a_fresh_process(tmp_path, run_cli):
 def test_nonfinite_loss_on_one_rank_skips_everywhere_and_each_rank_resumes_its_own_credit_state(tmp_path):
     script = REPO / "tests" / "scripts" / "rank_state.py"
     _run(_torchrun(2) + [str(script), "--ckpt", str(tmp_path / "state.ckpt")], tmp_path)
+
+
+@pytest.mark.parametrize("cache", ["cached", "uncached"])
+def test_a_teacher_method_with_views_on_one_rank_only_keeps_the_ranks_in_step(tmp_path, cache):
+    script = REPO / "tests" / "scripts" / "teacher_lockstep.py"
+    _run(_torchrun(2) + [str(script)] + (["--uncached"] if cache == "uncached" else []), tmp_path)
 
 
 def test_credit_state_entry_of_a_checkpoint_is_per_rank_and_old_entries_pass_through():

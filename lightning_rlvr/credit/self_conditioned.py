@@ -253,10 +253,7 @@ class SelfConditionedCredit(CreditAssigner):
         ``references[v]``. Returns [N, T] (0 where no view covers a token); with
         ``teacher_top_k`` also the teacher's sparse distributions (``Scorer.compare``).
         """
-        N, T = rollout.completion_ids.shape
-        if not rows and teacher_top_k is None:
-            return torch.zeros(N, T, device=rollout.completion_ids.device)
-        cache: dict[str, Tensor] = {}
+        cache: dict[str, Tensor] = {}  # every rank calls compare, with views or not (FSDP collectives)
         contexts = [
             tpl.build(scorer, rollout, i, ref, cache) for i, tpl, ref in zip(rows, templates, references)
         ]
