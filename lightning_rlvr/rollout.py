@@ -39,7 +39,9 @@ class Rollout:
     # the prompt, the policy's actions and the environment's observations, and ``completion_mask`` is 1 on
     # every real token of both (attention must see the observations). Loss and credit read ``policy_mask``:
     # they apply only where it is 1; observation tokens get no loss, no credit and zero advantage.
-    policy_mask: Tensor | None = None  # [N, T] 1 on tokens the policy generated (None: every completion token)
+    policy_mask: Tensor | None = (
+        None  # [N, T] 1 on tokens the policy generated (None: every completion token)
+    )
     turn_index: Tensor | None = None  # [N, T] the turn each completion token belongs to (-1 on padding)
 
     @property
@@ -193,7 +195,9 @@ def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
         engine_logp=None
         if first.engine_logp is None
         else torch.cat([pad(r.engine_logp, T, 0, False) for r in rollouts]),
-        policy_mask=_cat_optional([r.policy_mask for r in rollouts], [r.completion_mask for r in rollouts], T, 0),
+        policy_mask=_cat_optional(
+            [r.policy_mask for r in rollouts], [r.completion_mask for r in rollouts], T, 0
+        ),
         turn_index=_cat_optional(
             [r.turn_index for r in rollouts], [r.completion_mask.long() - 1 for r in rollouts], T, -1
         ),

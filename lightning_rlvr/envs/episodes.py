@@ -98,7 +98,9 @@ def run_episodes(
                 if done:
                     verdicts[i] = verdict
                     continue
-                full = max_context_tokens is not None and len(prompts[i]) + len(tokens[i]) >= max_context_tokens
+                full = (
+                    max_context_tokens is not None and len(prompts[i]) + len(tokens[i]) >= max_context_tokens
+                )
                 if turn == max_turns - 1 or full:
                     verdicts[i] = envs[i].verdict_at_limit()
                     continue

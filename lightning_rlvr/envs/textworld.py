@@ -185,8 +185,12 @@ class TextWorldCooking(Environment):
             prompt=meta["first_observation"],
             answer="won",
             solution="\n".join(meta["walkthrough"]),
-            meta={"game": str(root / f"{split}-{index}.z8"), "split": split, "index": index,
-                  "walkthrough": meta["walkthrough"]},  # fmt: skip
+            meta={
+                "game": str(root / f"{split}-{index}.z8"),
+                "split": split,
+                "index": index,
+                "walkthrough": meta["walkthrough"],
+            },  # fmt: skip
         )
 
     def vocabulary_texts(self, split: str = "train", limit: int = 64) -> list[str]:
