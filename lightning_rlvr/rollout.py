@@ -205,7 +205,7 @@ def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
 
 
 def _cat_optional(parts: list[Tensor | None], defaults: list[Tensor], width: int, fill: int) -> Tensor | None:
-    """Concatenate per-rollout ``[n, t]`` tensors right-padded to ``width`` with ``fill``; None if none has one.
+    """Concatenate ``[n, t]`` tensors right-padded to ``width`` with ``fill``; None if no rollout has one.
 
     A rollout without the field (a single-turn one next to a multi-turn one) is the one-turn case and
     contributes ``defaults[i]``: for ``policy_mask`` its completion mask (every token is the policy's),

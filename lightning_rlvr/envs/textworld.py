@@ -47,21 +47,21 @@ FOOD_SPLIT = {"train": "train", "val": "valid", "test": "test"}  # our split -> 
 DIRECTIONS = ("north", "south", "east", "west")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"[A-Za-z]{2,}")
+POOL_FORMAT = 1  # bump when what a cached game stores (its meta file, the trimming) changes
 
 
 def trim_observation(text: str, names: list[str], max_words: int) -> str:
     """TextWorld's raw feedback made short: no banner, no prompt, no flavour sentences, capped.
 
-    Short paragraphs (one or two sentences: replies to a command) are kept whole. In longer ones
+    Short lines (one or two sentences: replies to a command, headers) are kept whole. In longer ones
     (room descriptions) a sentence survives only if it names one of ``names`` or a direction.
     """
     text = text.split("\n>")[0]  # the prompt and the status line that follows it
-    lines = [ln for ln in text.splitlines() if _WORD.search(ln)]  # banner lines have no words
-    paragraphs = re.split(r"\n\s*\n", "\n".join(lines)) if lines else []
+    lines = [ln.strip() for ln in text.splitlines() if _WORD.search(ln)]  # banner lines have no words
     keep_words = [n.lower() for n in names] + list(DIRECTIONS)
     kept = []
-    for para in paragraphs:
-        sentences = [s for s in _SENTENCE.split(para.strip()) if s]
+    for line in lines:  # a room description is one long line; replies and headers are short ones
+        sentences = [s for s in _SENTENCE.split(line) if s]
         if len(sentences) > 2:
             sentences = [s for s in sentences if any(w in s.lower() for w in keep_words)]
         kept += sentences
@@ -147,7 +147,7 @@ class TextWorldCooking(Environment):
         from lightning_rlvr.warmstart import cache_root  # lazy: warmstart imports the whole stack
 
         blob = json.dumps([self.seed, self.rooms, self.recipe, self.take, self.open, self.cook, self.cut])
-        key = hashlib.sha256(f"{blob}:{_textworld_version()}".encode()).hexdigest()[:16]
+        key = hashlib.sha256(f"{blob}:{_textworld_version()}:{POOL_FORMAT}".encode()).hexdigest()[:16]
         return cache_root() / "textworld" / key
 
     def size(self, split: str) -> int:
