@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lightning_rlvr.envs.base import Environment, safe_step
-from lightning_rlvr.envs.episodes import action_text, hf_generate, policy_tokens, run_episodes
+from lightning_rlvr.envs.episodes import action_text, expert_rollout, hf_generate, policy_tokens, run_episodes
 from lightning_rlvr.envs.vocab import TextPolicy, build_word_tokenizer, word_vocabulary
 from lightning_rlvr.rollout import Rollout, concat_rollouts
 from lightning_rlvr.tasks.base import Problem, Verdict
@@ -224,3 +224,17 @@ def test_text_policy_plays_episodes_with_batched_generation():
         acted = r.policy_mask[row].bool()
         assert int(acted.sum()) <= 4 * 3
     assert policy.cache_key()["env"] == "SayEnv"
+
+
+def test_expert_rollout_wins_and_marks_only_the_experts_actions(tok):
+    env = SayEnv()
+    problems = [env.problem("train", i) for i in range(3)]  # go up | go | up go up
+    r = expert_rollout(env, problems, tok)
+    assert r.rewards.tolist() == [1.0, 1.0, 1.0] and r.group.tolist() == [0, 1, 2]
+    eos = tok.eos_token_id
+    for row, words in enumerate([["go", "up"], ["go"], ["up", "go", "up"]]):
+        assert policy_tokens(r, row).tolist() == [t for w in words for t in ids(tok, w) + [eos]]
+        assert int(r.turn_index[row].max()) == len(words) - 1
+    nl = tok.convert_tokens_to_ids("\n")
+    r = expert_rollout(env, problems[:1], tok, end_ids=[nl])
+    assert policy_tokens(r, 0).tolist() == ids(tok, "go") + [nl] + ids(tok, "up") + [nl]

@@ -32,7 +32,7 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lightning_rlvr.envs.base import Environment, safe_reset, safe_step
-from lightning_rlvr.rollout import Rollout
+from lightning_rlvr.rollout import Rollout, concat_rollouts
 from lightning_rlvr.tasks.base import Problem, Verdict
 
 Generate = Callable[[list[list[int]]], list[list[int]]]
@@ -205,6 +205,30 @@ def _cut(ids: list[int], stops: set[int]) -> list[int]:
         if t in stops:
             return ids[: k + 1]
     return ids
+
+
+def expert_rollout(
+    env: Environment,
+    problems: list[Problem],
+    tokenizer: PreTrainedTokenizerBase,
+    end_ids: Sequence[int] | None = None,
+    **kwargs,
+) -> Rollout:
+    """The expert's episodes (``Problem.solution``, one action per line) in the layout RL sees.
+
+    The warm start's data: each action is encoded and closed with ``end_ids`` (default: EOS), the
+    observations come from the environment, and ``policy_mask`` marks the expert's tokens, so
+    supervised training on them (labels where ``policy_mask`` is 1) teaches exactly what the policy
+    will be asked to produce. One episode per problem; ``kwargs`` go to ``run_episodes``.
+    """
+    end = [tokenizer.eos_token_id] if end_ids is None else list(end_ids)
+    parts = []
+    for problem in problems:
+        actions = iter((problem.solution or "").splitlines())
+        play = lambda contexts, a=actions: [_encode(tokenizer, next(a, "")) + end for _ in contexts]
+        kwargs.setdefault("max_new_tokens_per_turn", 10**6)
+        parts.append(run_episodes(env, [problem], 1, play, tokenizer, **kwargs))
+    return concat_rollouts(parts)
 
 
 def policy_tokens(rollout: Rollout, row: int) -> Tensor:
