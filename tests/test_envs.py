@@ -201,8 +201,9 @@ def test_word_vocabulary_orders_by_frequency_and_caps_size():
     base = word_vocabulary([], 10**6)
     vocab = word_vocabulary(["bb aa aa", "aa cc"], max_size=10**6)
     assert vocab[: len(base)] == base
-    assert vocab[len(base) :] == [" aa", " cc", "aa", "bb"]  # " aa" twice, then ties by text
-    assert len(word_vocabulary(["xx yy zz ww"], max_size=len(base) + 2)) == len(base) + 2
+    # Each word in both forms: aa 3 times, bb and cc once each; ties by text (" " sorts first).
+    assert vocab[len(base) :] == [" aa", "aa", " bb", " cc", "bb", "cc"]
+    assert len(word_vocabulary(["xx yy zz ww"], max_size=len(base) + 3)) == len(base) + 3
     tok = build_word_tokenizer(word_vocabulary(["go"]))
     assert ids(tok, "go flurb")[-1] == tok.unk_token_id  # a word never seen
 

@@ -3,7 +3,8 @@
 The arithmetic tokenizer (``lightning_rlvr.models``) knows 24 symbols; a text game needs its words.
 ``build_word_tokenizer`` splits text into pieces (a word with its leading space, one character of
 anything else, a newline, a space) and gives a token to every piece of the environment's texts
-(observations, commands, object names: ``Environment.vocabulary_texts``) plus every printable ASCII
+(observations, commands, object names: ``Environment.vocabulary_texts``; each word with and without
+its leading space) plus every printable ASCII
 character with and without a leading space, so any number or symbol can still be spelled. A word never
 seen becomes ``<unk>``. Decoding joins pieces with no separator, so decode(encode(text)) == text for
 every text made of known pieces.
@@ -34,9 +35,17 @@ ALPHABET = [c for c in string.printable if c not in string.whitespace]
 
 
 def word_vocabulary(texts: Iterable[str], max_size: int = 4096, min_count: int = 1) -> list[str]:
-    """Special tokens, then the base alphabet, then the texts' pieces by frequency (ties: alphabetical)."""
+    """Special tokens, then the base alphabet, then the texts' pieces by frequency (ties: alphabetical).
+
+    Every word is counted with and without its leading space, so a word seen in one position is
+    known in the other.
+    """
     base = list(SPECIAL_TOKENS) + ["\n", " "] + ALPHABET + [" " + c for c in ALPHABET]
-    counts = Counter(p for t in texts for p in _PIECE.findall(t))
+    counts: Counter[str] = Counter()
+    for piece in (p for t in texts for p in _PIECE.findall(t)):
+        word = piece.lstrip(" ")
+        # A word gets both forms: "close fridge" starts a command, ", close oven" continues a list.
+        counts.update([word, " " + word] if word.isalpha() else [piece])
     seen = set(base)
     words = sorted(
         (p for p, c in counts.items() if c >= min_count and p not in seen), key=lambda p: (-counts[p], p)
