@@ -86,3 +86,13 @@ def test_frozen_lake_reward_is_the_games_own():
     assert verdict is None or not verdict.correct
     board = obs[0]
     assert re.search(r"\|\s+P\s+\|", board) and "G" in board
+
+
+@pytest.mark.parametrize(
+    "env_id,words", [("GuessTheNumber-v0", {" higher", " lower"}), ("FrozenLake-v0", {" moved"})]
+)
+def test_vocabulary_holds_the_games_replies(env_id, words):
+    from lightning_rlvr.envs.vocab import tokenizer_for
+
+    tok = tokenizer_for(TextArenaGame(env_id), limit=4)
+    assert words <= set(tok.get_vocab())

@@ -91,6 +91,11 @@ def test_an_episode_sees_trimmed_observations_commands_and_sparse_reward(pool):
     assert "$$" not in first and "Commands:" in first and "examine cookbook" in first
     obs, done, verdict = safe_step(e, "dance wildly")  # not a command: the game's own reply
     assert not done and verdict is None and "Commands:" in obs and len(obs.split("\n")[0]) > 0
+    # Interpreter meta-commands and out-of-world verbs never reach the interpreter.
+    for meta in ("\\q", "\\last", "quit", "Restart now", "undo"):
+        obs, done, verdict = safe_step(e, meta)
+        assert not done and verdict is None and "Commands:" in obs and "yes or no" not in obs
+    assert safe_step(e, "inventory")[0].startswith("You are carrying nothing.")
     rewards = []
     for action in p.meta["walkthrough"]:
         obs, done, verdict = safe_step(e, action)

@@ -22,10 +22,13 @@ import random
 
 import numpy as np
 
-from lightning_rlvr.envs.base import Environment
+from lightning_rlvr.envs.base import Environment, safe_step
 from lightning_rlvr.tasks.base import SPLITS, Problem, Verdict
 
 _SPLIT_OFFSET = {"train": 0, "val": 1, "test": 2}
+# Moves played to see a game's replies when building the vocabulary (games have no worked solutions):
+# numbers, directions and a malformed move, which between them draw most single-player games' messages.
+PROBE_MOVES = ("[1]", "[10]", "[20]", "[up]", "[down]", "[left]", "[right]", "[a1]", "hello")
 
 
 class TextArenaGame(Environment):
@@ -76,6 +79,22 @@ class TextArenaGame(Environment):
             answer="win",
             meta={"env_id": self.env_id, "seed": game_seed, "split": split, "index": index},
         )
+
+    def vocabulary_texts(self, split: str = "train", limit: int = 64) -> list[str]:
+        """First observations, and the replies to each of ``PROBE_MOVES`` (in its own episode, played
+        twice), of the first ``limit`` problems."""
+        texts: list[str] = []
+        for i in range(limit if self.size(split) is None else min(limit, self.size(split))):
+            problem = self.problem(split, i)
+            for move in PROBE_MOVES:
+                env = self.clone()
+                texts += [env.reset(problem), move]
+                for _ in range(2):
+                    obs, done, _ = safe_step(env, move)
+                    texts.append(obs)
+                    if done:
+                        break
+        return texts
 
     def reset(self, problem: Problem) -> str:
         import textarena as ta

@@ -47,6 +47,11 @@ FOOD_SPLIT = {"train": "train", "val": "valid", "test": "test"}  # our split -> 
 DIRECTIONS = ("north", "south", "east", "west")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"[A-Za-z]{2,}")
+# Out-of-world verbs the interpreter obeys (quitting waits for "yes"/"no" and swallows every later
+# command; restoring or undoing rewrites the episode): the adapter answers them itself.
+META_VERBS = frozenset(
+    {"q", "quit", "restart", "save", "restore", "undo", "script", "unscript", "transcript"}
+)
 POOL_FORMAT = 1  # bump when what a cached game stores (its meta file, the trimming) changes
 
 
@@ -123,6 +128,7 @@ class TextWorldCooking(Environment):
         self.max_observation_words = max_observation_words
         self._game = None  # the running episode's textworld environment (replaced by reset)
         self._names: list[str] = []
+        self._commands: list[str] = []  # the admissible commands of the last observation
 
     # -- the pool -------------------------------------------------------------------------------
 
@@ -215,6 +221,10 @@ class TextWorldCooking(Environment):
     def step(self, action: str) -> tuple[str, bool, Verdict | None]:
         if self._game is None:
             raise RuntimeError("step before reset")
+        # The interpreter (frotz) reads "\x" as its own meta-command (\q quits it): never pass one on.
+        action = " ".join(action.replace("\\", " ").split())
+        if action.split()[:1] and action.split()[0].lower() in META_VERBS:
+            return "That command is not available in this game." + self._commands_suffix(), False, None
         state, _, done = self._game.step(action)
         obs = self._format(state.feedback, state.admissible_commands)
         if not done:
@@ -234,10 +244,13 @@ class TextWorldCooking(Environment):
         return twin
 
     def _format(self, feedback: str, commands: list[str] | None) -> str:
-        obs = trim_observation(feedback, self._names, self.max_observation_words)
-        if self.show_commands and commands:
-            obs += "\nCommands: " + ", ".join(c for c in commands if c not in ("look", "inventory"))
-        return obs
+        self._commands = list(commands or [])
+        return trim_observation(feedback, self._names, self.max_observation_words) + self._commands_suffix()
+
+    def _commands_suffix(self) -> str:
+        if not (self.show_commands and self._commands):
+            return ""
+        return "\nCommands: " + ", ".join(c for c in self._commands if c not in ("look", "inventory"))
 
 
 # -- generation (module functions: one place each) ----------------------------------------------
