@@ -36,6 +36,14 @@ class Rollout:
     correct: Tensor | None = None  # [N] bool, the verifier's ``Verdict.correct`` (shaping never changes it)
     feedback: list[str] = field(default_factory=list)  # [N] verifier messages
     engine_logp: Tensor | None = None  # [N, T] the sampling engine's own log-probs, when it reports them
+    # Multi-turn episodes (lightning_rlvr.envs): ``completion_ids`` then holds the whole interaction after
+    # the prompt, the policy's actions and the environment's observations, and ``completion_mask`` is 1 on
+    # every real token of both (attention must see the observations). Loss and credit read ``policy_mask``:
+    # they apply only where it is 1; observation tokens get no loss, no credit and zero advantage.
+    policy_mask: Tensor | None = (
+        None  # [N, T] 1 on tokens the policy generated (None: every completion token)
+    )
+    turn_index: Tensor | None = None  # [N, T] the turn each completion token belongs to (-1 on padding)
 
     @property
     def num_rows(self) -> int:
@@ -84,6 +92,8 @@ class Rollout:
             correct=None if self.correct is None else self.correct[rows],
             feedback=[self.feedback[i] for i in rows.tolist()] if self.feedback else [],
             engine_logp=None if self.engine_logp is None else self.engine_logp[rows],
+            policy_mask=None if self.policy_mask is None else self.policy_mask[rows],
+            turn_index=None if self.turn_index is None else self.turn_index[rows],
         )
 
 
@@ -209,4 +219,23 @@ def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
         engine_logp=None
         if first.engine_logp is None
         else torch.cat([pad(r.engine_logp, T, 0, False) for r in rollouts]),
+        policy_mask=_cat_optional(
+            [r.policy_mask for r in rollouts], [r.completion_mask for r in rollouts], T, 0
+        ),
+        turn_index=_cat_optional(
+            [r.turn_index for r in rollouts], [r.completion_mask.long() - 1 for r in rollouts], T, -1
+        ),
     )
+
+
+def _cat_optional(parts: list[Tensor | None], defaults: list[Tensor], width: int, fill: int) -> Tensor | None:
+    """Concatenate ``[n, t]`` tensors right-padded to ``width`` with ``fill``; None if no rollout has one.
+
+    A rollout without the field (a single-turn one next to a multi-turn one) is the one-turn case and
+    contributes ``defaults[i]``: for ``policy_mask`` its completion mask (every token is the policy's),
+    for ``turn_index`` turn 0 on real tokens and -1 on padding.
+    """
+    if all(p is None for p in parts):
+        return None
+    out = [d if p is None else p for p, d in zip(parts, defaults)]
+    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]), value=fill) for p in out])

@@ -1,0 +1,237 @@
+"""Multi-turn rollouts: the policy acts, the environment answers, until done or the turn limit.
+
+``run_episodes`` plays ``group_size`` episodes of each problem. All live episodes step together: each
+turn makes one ``generate`` call over every live episode's context (prompt plus the interaction so
+far), and the policy writes one action per episode. The environment's observation is appended to the
+episode's tokens and the next turn starts from there. The result is an ordinary ``Rollout``:
+
+- ``prompt_ids`` is the rendered first observation (left-padded, as for a single-turn task);
+- ``completion_ids`` is the whole interaction after it, actions and observations, right-padded;
+- ``completion_mask`` is 1 on every real token (the model must attend to the observations);
+- ``policy_mask`` is 1 only on the tokens the policy generated: loss and credit apply there, and
+  observation tokens get no loss, no credit and zero advantage;
+- ``turn_index`` gives each token's turn (an action and the observation that answers it share one;
+  -1 on padding), so per-turn boundaries are where it changes;
+- ``rewards``, ``correct`` and ``feedback`` come from the episode's final ``Verdict``.
+
+The observation after the last action is not appended (nothing the policy does follows it); it is in
+the verdict's feedback. A single-turn task is the case ``max_turns=1`` with no observation at all,
+so later stages never need to know which kind of rollout they read.
+
+``generate(contexts) -> actions`` is the one seam to the sampler: it gets token-id lists and returns
+one action per context (token ids, ending at EOS or a stop token, or cut at the budget). The rollout
+engine plugs in there; ``hf_generate`` builds one from a Hugging Face model for tests and scripts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from lightning_rlvr.envs.base import Environment, safe_reset, safe_step
+from lightning_rlvr.rollout import Rollout, concat_rollouts
+from lightning_rlvr.tasks.base import Problem, Verdict
+
+Generate = Callable[[list[list[int]]], list[list[int]]]
+
+
+def action_text(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> str:
+    """The command an action's tokens spell: decoded, special tokens dropped, first line, stripped."""
+    text = tokenizer.decode(list(ids), skip_special_tokens=True)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def run_episodes(
+    env: Environment,
+    problems: list[Problem],
+    group_size: int,
+    generate: Generate,
+    tokenizer: PreTrainedTokenizerBase,
+    max_turns: int | None = None,
+    max_new_tokens_per_turn: int = 16,
+    render: Callable[[str], str] | None = None,
+    observation_format: str = "{observation}\n",
+    max_context_tokens: int | None = None,
+) -> Rollout:
+    """``group_size`` episodes of each problem, stepped together; rows laid out group by group.
+
+    Args:
+        env: the environment; each row plays on its own ``env.clone()``.
+        problems: B problems (games).
+        group_size: G episodes per problem (N = B * G rows).
+        generate: one action (token ids) per context; called once per turn over all live episodes.
+        tokenizer: encodes observations and decodes actions (``pad``/``eos`` ids come from it).
+        max_turns: turn limit (default ``env.max_turns``).
+        max_new_tokens_per_turn: an action longer than this is cut (the generator should stop there).
+        render: turns the first observation into the prompt text (e.g. a chat template).
+        observation_format: how an observation is written into the interaction after an action.
+        max_context_tokens: end an episode (as at the turn limit) once its context reaches this length,
+            so it still fits the model's positions; None for no limit.
+    """
+    max_turns = env.max_turns if max_turns is None else max_turns
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+    rows = [p for p in problems for _ in range(group_size)]  # row i plays problems[i // G]
+    envs = [env.clone() for _ in rows]
+    first = [safe_reset(e, p) for e, p in zip(envs, rows)]
+    prompts = [_encode(tokenizer, render(o) if render else o) for o in first]
+    tokens: list[list[int]] = [[] for _ in rows]  # the interaction after the prompt
+    policy: list[list[int]] = [[] for _ in rows]
+    turns: list[list[int]] = [[] for _ in rows]
+    verdicts: list[Verdict | None] = [None for _ in rows]
+    try:
+        for turn in range(max_turns):
+            live = [i for i, v in enumerate(verdicts) if v is None]
+            if not live:
+                break
+            actions = generate([prompts[i] + tokens[i] for i in live])
+            if len(actions) != len(live):
+                raise ValueError(f"generate returned {len(actions)} actions for {len(live)} contexts")
+            for i, ids in zip(live, actions):
+                ids = list(ids)[:max_new_tokens_per_turn]
+                _extend(tokens[i], policy[i], turns[i], ids, 1, turn)
+                obs, done, verdict = safe_step(envs[i], action_text(tokenizer, ids))
+                if done:
+                    verdicts[i] = verdict
+                    continue
+                full = (
+                    max_context_tokens is not None and len(prompts[i]) + len(tokens[i]) >= max_context_tokens
+                )
+                if turn == max_turns - 1 or full:
+                    verdicts[i] = envs[i].verdict_at_limit()
+                    continue
+                obs_ids = _encode(tokenizer, observation_format.format(observation=obs))
+                _extend(tokens[i], policy[i], turns[i], obs_ids, 0, turn)
+    finally:
+        for e in envs:
+            e.close()
+    return _rollout(tokenizer, problems, group_size, prompts, tokens, policy, turns, verdicts)
+
+
+def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _extend(tokens: list[int], policy: list[int], turns: list[int], ids: list[int], who: int, turn: int):
+    tokens += ids
+    policy += [who] * len(ids)
+    turns += [turn] * len(ids)
+
+
+def _rollout(tokenizer, problems, group_size, prompts, tokens, policy, turns, verdicts) -> Rollout:
+    pad, n = tokenizer.pad_token_id, len(prompts)
+    P, T = max(map(len, prompts)), max(1, max(map(len, tokens)))
+    prompt_ids = torch.full((n, P), pad, dtype=torch.long)  # [N, P] left-padded
+    prompt_mask = torch.zeros((n, P), dtype=torch.long)
+    completion_ids = torch.full((n, T), pad, dtype=torch.long)  # [N, T] right-padded
+    completion_mask = torch.zeros((n, T), dtype=torch.long)
+    policy_mask = torch.zeros((n, T), dtype=torch.long)
+    turn_index = torch.full((n, T), -1, dtype=torch.long)
+    for i in range(n):
+        if prompts[i]:
+            prompt_ids[i, P - len(prompts[i]) :] = torch.tensor(prompts[i])
+            prompt_mask[i, P - len(prompts[i]) :] = 1
+        k = len(tokens[i])
+        if k:
+            completion_ids[i, :k] = torch.tensor(tokens[i])
+            completion_mask[i, :k] = 1
+            policy_mask[i, :k] = torch.tensor(policy[i])
+            turn_index[i, :k] = torch.tensor(turns[i])
+    return Rollout(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        group=torch.arange(len(problems)).repeat_interleave(group_size),
+        problems=list(problems),
+        completions=[tokenizer.decode(t, skip_special_tokens=True) for t in tokens],
+        pad_id=pad,
+        eos_id=tokenizer.eos_token_id,
+        rewards=torch.tensor([float(v.reward) for v in verdicts]),
+        correct=torch.tensor([bool(v.correct) for v in verdicts]),
+        feedback=[v.feedback for v in verdicts],
+        policy_mask=policy_mask,
+        turn_index=turn_index,
+    )
+
+
+def hf_generate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    stop_ids: Sequence[int] = (),
+) -> Generate:
+    """A ``generate`` callable from a Hugging Face model: one batched sampling call per turn.
+
+    Contexts are left-padded into one batch; each action is cut after its first EOS or stop token
+    (both kept: the policy chose to stop, so the stop token is one of its tokens).
+    """
+    stops = {tokenizer.eos_token_id, *stop_ids}
+
+    @torch.no_grad()
+    def generate(contexts: list[list[int]]) -> list[list[int]]:
+        device = next(model.parameters()).device
+        width = max(map(len, contexts))
+        ids = torch.full((len(contexts), width), tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, c in enumerate(contexts):
+            ids[i, width - len(c) :] = torch.tensor(c)
+            mask[i, width - len(c) :] = 1
+        was_training = model.training
+        model.eval()
+        out = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            do_sample=True,
+            temperature=temperature,
+            top_k=0,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=sorted(stops),
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        model.train(was_training)
+        return [_cut(row.tolist(), stops) for row in out[:, width:]]
+
+    return generate
+
+
+def _cut(ids: list[int], stops: set[int]) -> list[int]:
+    for k, t in enumerate(ids):
+        if t in stops:
+            return ids[: k + 1]
+    return ids
+
+
+def expert_rollout(
+    env: Environment,
+    problems: list[Problem],
+    tokenizer: PreTrainedTokenizerBase,
+    end_ids: Sequence[int] | None = None,
+    **kwargs,
+) -> Rollout:
+    """The expert's episodes (``Problem.solution``, one action per line) in the layout RL sees.
+
+    The warm start's data: each action is encoded and closed with ``end_ids`` (default: EOS), the
+    observations come from the environment, and ``policy_mask`` marks the expert's tokens, so
+    supervised training on them (labels where ``policy_mask`` is 1) teaches exactly what the policy
+    will be asked to produce. One episode per problem; ``kwargs`` go to ``run_episodes``.
+    """
+    end = [tokenizer.eos_token_id] if end_ids is None else list(end_ids)
+    parts = []
+    for problem in problems:
+        actions = iter((problem.solution or "").splitlines())
+        play = lambda contexts, a=actions: [_encode(tokenizer, next(a, "")) + end for _ in contexts]
+        kwargs.setdefault("max_new_tokens_per_turn", 10**6)
+        parts.append(run_episodes(env, [problem], 1, play, tokenizer, **kwargs))
+    return concat_rollouts(parts)
+
+
+def policy_tokens(rollout: Rollout, row: int) -> Tensor:
+    """The tokens ``row``'s policy generated, in order (observations removed)."""
+    mask = rollout.policy_mask if rollout.policy_mask is not None else rollout.completion_mask
+    return rollout.completion_ids[row][mask[row].bool()]
