@@ -158,8 +158,8 @@ def test_hindsight_context_holds_future_and_verdict_never_the_scored_step():
         assert ctx[n : n + len(future)] == future  # steps k+1..K, in order, right after the prompt
 
     credit.assign(rollout, scorer)
-    ids, mask = model.calls[0]  # the hindsight views (the rollout's own pass comes after)
-    assert ids.shape[0] == len(rows)
+    assert [c[0].shape[0] for c in model.calls] == [2, len(rows)]  # the rollout's own pass, then the views
+    ids, mask = model.calls[1]  # the hindsight views
     for j, (ctx, row, (start, end)) in enumerate(zip(contexts, rows, spans)):
         seq = ids[j][mask[j].bool()].tolist()
         comp = rollout.completion_tokens(row).tolist()
