@@ -20,10 +20,9 @@ with the credit assigner) exactly when the update needs them: the policy moves
 between updates of one rollout (ppo_epochs > 1 or minibatches > 1) or the loss
 asks (TIS with the engine's log-probs). Otherwise the importance ratio is 1 at
 the only update and the detached current log-probs stand in for them.
-Validation and test sample ``eval_samples`` completions per held-out prompt
-and report pass@k, under a forked RNG so evaluation never shifts training;
-test also reports ``maj@n`` (majority vote over the n = ``eval_samples``
-answers) for tasks that define ``Task.extract_answer``.
+Validation and test (pass@k, and maj@k for tasks with a final answer, on
+held-out prompts under a forked RNG so evaluation never shifts training) live
+in ``evaluation.py``.
 """
 
 from __future__ import annotations
@@ -47,8 +46,8 @@ from lightning_rlvr.dynamic_sampling import DynamicSampling, extra_index
 from lightning_rlvr.engines.base import RolloutEngine, Sampling
 from lightning_rlvr.engines.hf import HFGenerateEngine
 from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.evaluation import Evaluation
 from lightning_rlvr.losses import PolicyLoss, PPOClip
-from lightning_rlvr.metrics import MajorityAtK, PassAtK
 from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
 from lightning_rlvr.objectives import loss_weights, zero_std_groups
 from lightning_rlvr.prompts import PromptFormat
@@ -57,14 +56,14 @@ from lightning_rlvr.rollout import Rollout, generate_rollout
 from lightning_rlvr.scoring import Scorer, causal_lm_forward, entropy_from_logits, token_logprobs
 from lightning_rlvr.state import capture_rng, plain_value, restore_rng
 from lightning_rlvr.tasks.addition import AdditionTask
-from lightning_rlvr.tasks.base import Problem, Task, safe_extract_answer
+from lightning_rlvr.tasks.base import Problem, Task
 from lightning_rlvr.validation import check_settings
 from lightning_rlvr.warmstart import WarmStart
 
 log = logging.getLogger(__name__)
 
 
-class RLVRModule(LightningModule):
+class RLVRModule(Evaluation, LightningModule):
     """Policy, rollout and update for RLVR; the method lives in ``credit``.
 
     Args:
@@ -165,12 +164,7 @@ class RLVRModule(LightningModule):
         self.eval_seed = eval_seed
         self.validate_at_start = validate_at_start
         self.max_nonfinite_updates = max_nonfinite_updates
-        self.eval_ks = sorted({1, eval_samples} | {2**i for i in range(1, 8) if 2**i <= eval_samples})
-        self.val_pass = PassAtK(1)
-        self.test_pass = torch.nn.ModuleDict({str(k): PassAtK(k) for k in self.eval_ks})
-        # maj@n over all n samples, for tasks with a final answer to vote on (Task.extract_answer)
-        has_answers = type(self.task).extract_answer is not Task.extract_answer
-        self.test_maj = MajorityAtK(eval_samples) if has_answers else None
+        self.init_metrics()
         self.rl_step = 0  # RL steps done (the data position); checkpointed
         self.verifier_errors = 0
         self._nonfinite_streak = 0
@@ -208,17 +202,6 @@ class RLVRModule(LightningModule):
         warm = max(self.warmup_steps, 1)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-    def on_train_start(self) -> None:
-        if not (self.validate_at_start and self.rl_step == 0 and self.trainer.datamodule is not None):
-            return
-        metric = PassAtK(1).to(self.device)
-        for i, batch in enumerate(self.trainer.datamodule.val_dataloader()):
-            self._evaluate(batch, i, {"1": metric}, stage=None)
-        value = float(metric.compute())
-        log.info("val/pass@1 before RL: %.4f", value)
-        if self.logger is not None:
-            self.logger.log_metrics({"val/pass@1": value}, step=0)
 
     # ------------------------------------------------------------------ rollout + score
     @property
@@ -413,37 +396,6 @@ class RLVRModule(LightningModule):
                 f"(RL step {self.rl_step}); training stopped with the weights of the last good update. "
                 "The last saved checkpoint is intact; lower model.lr or check the rewards."
             )
-
-    # ------------------------------------------------------------------ evaluation
-    def _evaluate(
-        self,
-        batch: list[Problem],
-        batch_idx: int,
-        metrics: dict[str, PassAtK],
-        stage: str | None,
-        majority: MajorityAtK | None = None,
-    ) -> None:
-        devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(self.eval_seed + batch_idx)
-            rollout = self.rollout(batch, self.eval_samples)
-        self.verify(rollout)
-        correct = rollout.correct.view(len(batch), self.eval_samples)  # [B, n] bool
-        for k, metric in metrics.items():
-            metric.update(correct)
-            if stage is not None:
-                self.log(f"{stage}/pass@{k}", metric, on_step=False, on_epoch=True, prog_bar=k == "1")
-        if majority is not None:
-            n = self.eval_samples
-            answers = [safe_extract_answer(self.task, c) for c in rollout.completions]  # [B * n] by prompt
-            majority.update([answers[i * n : (i + 1) * n] for i in range(len(batch))], correct)
-            self.log(f"{stage}/maj@{majority.k}", majority, on_step=False, on_epoch=True)
-
-    def validation_step(self, batch: list[Problem], batch_idx: int) -> None:
-        self._evaluate(batch, batch_idx, {"1": self.val_pass}, "val")
-
-    def test_step(self, batch: list[Problem], batch_idx: int) -> None:
-        self._evaluate(batch, batch_idx, dict(self.test_pass.items()), "test", self.test_maj)
 
     # ------------------------------------------------------------------ checkpoint state
     def on_save_checkpoint(self, checkpoint: dict) -> None:
