@@ -49,6 +49,7 @@ from lightning_rlvr.sweep_spec import (  # noqa: F401 - re-exported: the sweep A
     DONE,
     FIT_DONE,
     TEST_METRICS,
+    ReportSettings,
     Run,
     Sweep,
     SweepError,
