@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,59 @@ def test_override_under_a_non_mapping_is_one_clear_error(tmp_path, monkeypatch, 
     # the same override in the fixed overrides is caught too
     path = write(tmp_path / "f.yaml", f"configs: [base.yaml]\noverrides: {{{override}: 3}}\n")
     assert sw.main([str(path), "--dry-run"]) == 2
+
+
+def test_axis_overrides_give_each_method_its_own_lr(grid_sweep):
+    text = grid_sweep.read_text().replace("  model.lr: [1.0e-4, 5.0e-5]\n", "")
+    write(
+        grid_sweep, text + "axis_overrides:\n  method:\n    alpha: {model.lr: 2.0e-4, model.group_size: 2}\n"
+    )
+    runs = sw.expand(sw.load_sweep(grid_sweep))
+    lr = {r.run_id: dict(r.overrides).get("model.lr") for r in runs}
+    assert lr == {
+        f"{m}__seed={s}": (2.0e-4 if m == "alpha" else None) for m in ("beta", "alpha") for s in range(3)
+    }
+    alpha = next(r for r in runs if r.run_id == "alpha__seed=0")
+    assert sw._merged_config(alpha)["model"] == {"group_size": 2, "loss_agg": "seq_mean", "lr": 2.0e-4}
+    assert ("--model.lr", "0.0002") in zip(sw.fit_command(sw.load_sweep(grid_sweep), alpha)[:-1],
+                                          sw.fit_command(sw.load_sweep(grid_sweep), alpha)[1:])  # fmt: skip
+
+
+def test_axis_overrides_keyed_by_a_numeric_axis_value(grid_sweep):
+    write(
+        grid_sweep,
+        grid_sweep.read_text() + "axis_overrides:\n  model.lr:\n    5.0e-5: {model.group_size: 16}\n",
+    )
+    runs = sw.expand(sw.load_sweep(grid_sweep))
+    assert {r.run_id for r in runs if dict(r.overrides).get("model.group_size") == 16} == {
+        f"{m}__lr=5e-05__seed={s}" for m in ("beta", "alpha") for s in range(3)
+    }
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("axis_overrides:\n  optimiser: {alpha: {model.lr: 1}}\n", "no such grid axis"),
+        ("axis_overrides:\n  method: {gamma: {model.lr: 1}}\n", "not a value of that axis"),
+        ("axis_overrides:\n  method: {alpha: {model.lr: 1}}\n", "also a grid axis"),
+        ("axis_overrides:\n  method: {alpha: 3}\n", "must map dotted keys"),
+        ("report: {baseline: gamma}\n", "is not a value of method"),
+        ("report: {baseline: {task: x}}\n", "no grid axis 'task'"),
+        ("report: {target_accuracy: 30}\n", "target_accuracy must be in (0, 1]"),
+        ("report: {treshold: 0.3}\n", "unknown report keys ['treshold']"),
+    ],
+)
+def test_bad_axis_overrides_and_report_settings_are_one_clear_error(grid_sweep, extra, message):
+    write(grid_sweep, grid_sweep.read_text() + extra)
+    with pytest.raises(sw.SweepError, match=re.escape(message)):
+        sw.load_sweep(grid_sweep)
+
+
+def test_report_baseline_defaults_to_the_first_axis_value_and_accepts_a_plain_value(grid_sweep):
+    assert sw.load_sweep(grid_sweep).report.baseline == {"method": "beta"}
+    write(grid_sweep, grid_sweep.read_text() + "report: {baseline: alpha, compare: val/pass@1_final}\n")
+    report = sw.load_sweep(grid_sweep).report
+    assert report.baseline == {"method": "alpha"} and report.compare == ["val/pass@1_final"]
 
 
 def test_nested_overrides_into_mappings_and_new_sections_are_merged():
