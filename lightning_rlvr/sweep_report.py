@@ -368,6 +368,69 @@ def write_curves_csv(curves: dict, path: Path) -> None:
                     w.writerow([label, metric, step, *(f"{x:.6g}" for x in (mean, lo, hi)), n])
 
 
+def choose_values(axes: list[str], rows: list[dict], axis: str, by: str) -> list[dict]:
+    """Per combination of the other axes: the ``axis`` value with the highest seed-mean ``by``.
+
+    Values are tried in first-seen order (the grid's order), and a later one must be strictly
+    better, so a tie keeps the earlier one. Returns [{"cell": {other axes}, "chosen": value,
+    "means": {value: mean}}] in first-seen order.
+    """
+    others = [a for a in axes if a != axis]
+    groups: dict[tuple, dict[str, list[float]]] = {}
+    for row in rows:
+        key = tuple(str(row[a]) for a in others)
+        values = groups.setdefault(key, {}).setdefault(str(row[axis]), [])
+        if row.get(by) not in ("", None):
+            values.append(float(row[by]))
+    out = []
+    for key, per_value in groups.items():
+        means = {v: sum(xs) / len(xs) for v, xs in per_value.items() if xs}
+        chosen = None
+        for v, m in means.items():
+            if chosen is None or m > means[chosen]:
+                chosen = v
+        out.append({"cell": dict(zip(others, key)), "chosen": chosen, "means": means})
+    return out
+
+
+def _number(label: str | None):
+    """A value label back as the number it names (``5e-05`` -> 5e-05), so YAML writes it as one."""
+    if label is None:
+        return None
+    try:
+        return int(label)
+    except ValueError:
+        try:
+            return float(label)
+        except ValueError:
+            return label
+
+
+def choice_text(axes: list[str], rows: list[dict], axis: str, by: str) -> str:
+    """The choice as a table and, with one other axis, the ``axis_overrides`` block of the main sweep."""
+    choices = choose_values(axes, rows, axis, by)
+    values = list(dict.fromkeys(v for c in choices for v in c["means"]))
+    others = [a for a in axes if a != axis]
+    header = [*others, f"chosen {axis}", *(f"{by} at {v}" for v in values)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for c in choices:
+        means = [f"{c['means'][v]:.3f}" if v in c["means"] else "-" for v in values]
+        lines.append("| " + " | ".join([*c["cell"].values(), str(c["chosen"]), *means]) + " |")
+    text = [
+        f"## Chosen {axis}\n",
+        f"Per {', '.join(others)}: the {axis} with the highest seed-mean {by}; on a tie, the one listed "
+        "first in the grid.\n",
+        "\n".join(lines) + "\n",
+    ]
+    if len(others) == 1:
+        import yaml
+
+        block = {others[0]: {list(c["cell"].values())[0]: {axis: _number(c["chosen"])} for c in choices}}
+        dump = yaml.safe_dump({"axis_overrides": block}, sort_keys=False, default_flow_style=None)
+        text.append(f"To use it, paste into the main sweep file (chosen by {by}):\n\n```yaml\n{dump}```\n")
+    return "\n".join(text)
+
+
 _COMPARISON_NOTE = (
     "Each cell minus the baseline cell on the same seeds (the same warm start, prompts and evaluation "
     "problems), in points (100 x the fraction): the mean difference with its paired {level}% t-interval, "
@@ -411,6 +474,8 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
             _COMPARISON_NOTE.format(level=round(settings.level * 100), power=round(settings.power * 100)),
             comparison_table(axes, rows, settings),
         ]
+    if settings.choose:
+        text.append(choice_text(axes, rows, settings.choose, settings.choose_by))
     text.append("![learning curves](curves.png)\n")
     md_path.write_text("\n".join(text))
     curves = cell_curves(axes, rows, sweep.out)

@@ -38,7 +38,7 @@ FIT_DONE = "fit.done"  # the fit completed (a resumed sweep then only reruns the
 TEST_METRICS = "test_metrics.json"  # the test metrics of the final checkpoint
 SWEEP_KEYS = {"name", "out", "report_dir", "configs", "overrides", "grid", "test_overrides", "env", "jobs"}
 SWEEP_KEYS |= {"seed_key", "slurm", "axis_overrides", "report"}
-REPORT_KEYS = {"baseline", "compare", "target_accuracy", "level", "power"}
+REPORT_KEYS = {"baseline", "compare", "target_accuracy", "level", "power", "choose", "choose_by"}
 
 
 class SweepError(ValueError):
@@ -60,6 +60,11 @@ class ReportSettings:
             such column).
         level: confidence level of the intervals (and 1 - alpha of the test).
         power: the power at which the minimum detectable difference is given.
+        choose: a tuning sweep's axis (e.g. ``model.lr``) to choose a value of per cell of the other
+            axes (e.g. per method): the one with the highest seed-mean ``choose_by``, the first listed
+            on a tie. The report then prints the choice as an ``axis_overrides`` block to paste into
+            the main sweep file. None: no choice.
+        choose_by: the results.csv column that decides (default: the last validation's pass@1).
     """
 
     baseline: dict[str, str] = field(default_factory=dict)
@@ -67,6 +72,8 @@ class ReportSettings:
     target_accuracy: float | None = None
     level: float = 0.95
     power: float = 0.8
+    choose: str | None = None
+    choose_by: str = "val/pass@1_final"
 
 
 @dataclass
@@ -252,7 +259,15 @@ def _report_settings(path: Path, raw: Any, grid: dict[str, list], seed_key: str)
         raise SweepError(f"{path}: report.target_accuracy must be in (0, 1], got {target}")
     if not (0 < level < 1 and 0 < power < 1):
         raise SweepError(f"{path}: report.level and report.power must be in (0, 1)")
-    return ReportSettings(baseline, compare, None if target is None else float(target), level, power)
+    choose = raw.get("choose")
+    if choose is not None and (choose not in axes or len(axes) < 2):
+        raise SweepError(
+            f"{path}: report.choose: {choose!r} must be one of the grid axes {sorted(axes)}, with another "
+            "axis to choose per (e.g. choose: model.lr with a method axis)"
+        )
+    target = None if target is None else float(target)
+    by = str(raw.get("choose_by", "val/pass@1_final"))
+    return ReportSettings(baseline, compare, target, level, power, choose, by)
 
 
 # ---------------------------------------------------------------------------- grid expansion

@@ -246,3 +246,35 @@ def test_report_has_the_comparison_time_to_target_and_credit_columns(tmp_path, m
     # run i reaches 0.5 + 0.05 i at its second validation (step 2, no step times logged: 0 s)
     assert [r["time_to_target_s"] for r in rows] == ["", "0.0", "0.0", "0.0", "0.0", "0.0"]
     assert [r["credit_eval/spearman"] for r in rows] == ["", "", "", "", "0.3", ""]
+
+
+TUNING = """run_id,method,model.lr,seed,val/pass@1_final
+a,grpo,5e-05,0,0.30
+b,grpo,0.0001,0,0.40
+c,grpo,0.0002,0,0.35
+d,shear,5e-05,0,0.10
+e,shear,0.0001,0,0.20
+f,shear,0.0002,0,0.20
+g,hsd,5e-05,0,0.25
+h,hsd,0.0001,0,
+"""
+
+
+def test_the_tuning_choice_is_the_best_value_per_method_and_the_first_on_a_tie(tmp_path):
+    axes, rows = _rows(TUNING, tmp_path)
+    choices = rep.choose_values(axes, rows, "model.lr", "val/pass@1_final")
+    assert [(c["cell"]["method"], c["chosen"]) for c in choices] == [
+        ("grpo", "0.0001"),
+        ("shear", "0.0001"),  # tied with 0.0002: the first listed (the smaller lr) is kept
+        ("hsd", "5e-05"),  # its 1e-4 run has no value
+    ]
+    text = rep.choice_text(axes, rows, "model.lr", "val/pass@1_final")
+    assert "| grpo | 0.0001 | 0.300 | 0.400 | 0.350 |" in text and "| hsd | 5e-05 | 0.250 | - | - |" in text
+    block = text.split("```yaml\n")[1].split("```")[0]
+    import yaml
+
+    assert yaml.safe_load(block) == {
+        "axis_overrides": {
+            "method": {"grpo": {"model.lr": 1e-4}, "shear": {"model.lr": 1e-4}, "hsd": {"model.lr": 5e-5}}
+        }
+    }
