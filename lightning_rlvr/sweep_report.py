@@ -70,19 +70,20 @@ def read_fit_metrics(directory: Path) -> dict[str, list[tuple[int, float]]]:
     return series
 
 
-def train_seconds_curve(series: dict[str, list[tuple[int, float]]]) -> list[tuple[float, float]]:
-    """(training seconds so far, val pass@1) at each validation.
+def train_seconds_curve(directory: Path) -> list[tuple[float, float]]:
+    """(training seconds so far, val pass@1) at each validation of the run's fit, in logging order.
 
-    The seconds are the logged step times (``STEP_TIME_KEYS``) of the RL steps logged before the
-    validation's step: a step logged at ``s`` ran before the validation logged at ``s + 1`` and later.
+    The seconds are the summed step times (``STEP_TIME_KEYS``) of the RL steps logged before the
+    validation's row. File order, not the step column, decides: Lightning logs a validation after
+    steps 0..s at step s, the same step as the last training row, and the one before RL at step 0.
     """
-    per_step: dict[int, float] = {}
-    for key in STEP_TIME_KEYS:
-        for step, value in series.get(key, []):
-            per_step[step] = per_step.get(step, 0.0) + value
-    out = []
-    for step, value in series.get("val/pass@1", []):
-        out.append((sum(t for s, t in per_step.items() if s < step), value))
+    out, total = [], 0.0
+    for path in sorted((directory / "logs" / "fit").rglob("metrics.csv")):
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                total += sum(float(row[k]) for k in STEP_TIME_KEYS if row.get(k) not in ("", None))
+                if row.get("val/pass@1") not in ("", None):
+                    out.append((total, float(row["val/pass@1"])))
     return out
 
 
@@ -130,7 +131,7 @@ def run_row(sweep: Sweep, run: Run) -> dict | None:
     row["steps"] = len(reward)
     target = sweep.report.target_accuracy
     if target is not None:
-        reached = time_to_reach(train_seconds_curve(series), target)
+        reached = time_to_reach(train_seconds_curve(d), target)
         row[TIME_TO_TARGET] = "" if math.isnan(reached) else round(reached, 1)
     row.update(read_credit_eval(d, dict(run.cell).get("method")))
     row["fit_s"] = done.get("fit_s", "")

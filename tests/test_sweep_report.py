@@ -190,14 +190,16 @@ def test_the_baseline_is_matched_on_every_other_axis(tmp_path):
 def test_training_seconds_to_reach_the_target_come_from_the_step_times(tmp_path):
     d = tmp_path / "run"
     (d / "logs" / "fit").mkdir(parents=True)
-    lines = ["step,time/rollout_s,time/score_s,time/credit_s,time/update_s,val/pass@1"]
-    lines += ["0,,,,,0.10"]  # validation before RL
-    lines += [f"{s},1.0,0.25,0.25,{0.5 * (s + 1)},\n" for s in range(4)]  # steps 0-3: 2.0, 2.5, 3.0, 3.5 s
-    lines += ["2,,,,,0.30", "4,,,,,0.50"]
+    # as Lightning writes it: the validation before RL at step 0, then one after steps 0-1 logged at
+    # step 1 and one after steps 0-3 at step 3
+    lines = ["step,time/rollout_s,time/score_s,time/credit_s,time/update_s,val/pass@1", "0,,,,,0.10"]
+    steps = [f"{s},1.0,0.25,0.25,{0.5 * (s + 1)}," for s in range(4)]  # steps 0-3: 2.0, 2.5, 3.0, 3.5 s
+    lines += [*steps[:2], "1,,,,,0.30", *steps[2:], "3,,,,,0.50"]
     (d / "logs" / "fit" / "metrics.csv").write_text("\n".join(lines) + "\n")
-    curve = rep.train_seconds_curve(rep.read_fit_metrics(d))
+    curve = rep.train_seconds_curve(d)
     assert curve == [(0.0, 0.10), (4.5, 0.30), (11.0, 0.50)]
-    assert stats_time(curve, 0.3) == 4.5 and stats_time(curve, 0.4) == 11.0
+    assert stats_time(curve, 0.3) == 4.5 and stats_time(curve, 0.4) == 11.0 and stats_time(curve, 0.05) == 0.0
+    assert math.isnan(stats_time(curve, 0.6))
 
 
 def stats_time(curve, target):
