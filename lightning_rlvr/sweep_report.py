@@ -39,7 +39,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lightning_rlvr.stats import paired_comparison, t_interval, t_quantile, time_to_reach  # noqa: F401
-from lightning_rlvr.sweep_spec import DONE, TEST_METRICS, ReportSettings, Run, Sweep, axis_label, run_dir
+from lightning_rlvr.sweep_spec import (
+    DONE,
+    TEST_METRICS,
+    ReportSettings,
+    Run,
+    Sweep,
+    axis_label,
+    is_finished,
+    run_dir,
+)
 
 TAIL = 10  # steps averaged for the final train reward
 SMOOTH = 5  # trailing moving average of the train-reward curve
@@ -117,7 +126,7 @@ def read_credit_eval(directory: Path, method: str | None = None) -> dict[str, fl
 def run_row(sweep: Sweep, run: Run) -> dict | None:
     """The results.csv row of a finished run (None if it has not finished)."""
     d = run_dir(sweep, run)
-    if not (d / DONE).is_file():
+    if not is_finished(sweep, run):  # not finished, or finished with other overrides than the sweep's now
         return None
     done = json.loads((d / DONE).read_text())
     series = read_fit_metrics(d)

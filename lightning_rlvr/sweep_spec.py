@@ -36,6 +36,7 @@ CONFIG_AXIS = "config"
 DONE = "DONE"  # written last in a run directory: the run and its evaluation completed
 FIT_DONE = "fit.done"  # the fit completed (a resumed sweep then only reruns the test)
 TEST_METRICS = "test_metrics.json"  # the test metrics of the final checkpoint
+SPEC = "spec.json"  # the run's config files and overrides, written when its fit starts
 SWEEP_KEYS = {"name", "out", "report_dir", "configs", "overrides", "grid", "test_overrides", "env", "jobs"}
 SWEEP_KEYS |= {"seed_key", "slurm", "axis_overrides", "report"}
 REPORT_KEYS = {"baseline", "compare", "target_accuracy", "level", "power", "choose", "choose_by"}
@@ -110,6 +111,25 @@ class Run:
 def run_dir(sweep: Sweep, run: Run) -> Path:
     """Where a run writes everything: ``<out>/<run_id>/``."""
     return sweep.out / run.run_id
+
+
+def run_spec(run: Run) -> dict:
+    """What a run is: its config files and overrides, as they read back from ``SPEC``."""
+    return json.loads(json.dumps({"configs": list(run.configs), "overrides": run.overrides}, default=str))
+
+
+def is_finished(sweep: Sweep, run: Run) -> bool:
+    """The run completed (``DONE``) with the specification it has now.
+
+    Run ids name the grid point, not every override: a run done before the sweep file changed an
+    override (a new per-method lr in ``axis_overrides``) keeps its id, and its recorded ``SPEC``
+    is what tells it apart; such a run is not finished and is run again. A run directory without
+    ``SPEC`` (written before it existed) counts by ``DONE`` alone.
+    """
+    d = run_dir(sweep, run)
+    if not (d / DONE).is_file():
+        return False
+    return not (d / SPEC).is_file() or json.loads((d / SPEC).read_text()) == run_spec(run)
 
 
 def _is_config_axis(key: str) -> bool:

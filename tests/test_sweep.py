@@ -270,6 +270,25 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, monkey
     assert {r["test/pass@1"] for r in rows} == {"0.5"}
 
 
+def test_a_run_done_with_another_lr_is_run_again_and_the_others_are_kept(grid_sweep):
+    text = grid_sweep.read_text().replace("  model.lr: [1.0e-4, 5.0e-5]\n", "").replace("[0, 1, 2]", "[0]")
+    write(grid_sweep, text + "out: out\naxis_overrides:\n  method:\n    alpha: {model.lr: 2.0e-4}\n")
+    assert sw.main([str(grid_sweep)], runner=FakeLightning()) == 0
+    again = FakeLightning()
+    assert sw.main([str(grid_sweep)], runner=again) == 0 and again.calls == []  # all done: nothing runs
+    write(grid_sweep, grid_sweep.read_text().replace("2.0e-4", "4.0e-4"))  # the tuning chose another lr
+    sweep = sw.load_sweep(grid_sweep)
+    assert [sw.is_done(sweep, r) for r in sw.expand(sweep)] == [True, False]  # beta, alpha
+    third = FakeLightning()
+    assert sw.main([str(grid_sweep)], runner=third) == 0
+    assert [c for c in third.calls if c[1] != "_warmup"] == [
+        ("fit", "alpha__seed=0"),
+        ("test", "alpha__seed=0"),
+    ]
+    spec = json.loads((sweep.out / "alpha__seed=0" / sw.SPEC).read_text())
+    assert ["model.lr", 4.0e-4] in spec["overrides"]
+
+
 def test_warm_start_runs_once_per_setting_before_the_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     path = write(
