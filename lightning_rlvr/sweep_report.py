@@ -267,10 +267,18 @@ def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSetti
     return out
 
 
+def _no_spread(c) -> bool:
+    """Identical non-zero differences on every seed: the t-test has no spread to work with (a coincidence
+    that a few seeds and a coarse metric make likely: pass@1 on 512 samples moves in steps of 1/512)."""
+    return c.n >= 2 and c.mdd == 0 and c.diff != 0
+
+
 def verdict(c, scale: float, unit: str) -> str:
     """'better' / 'worse' when the interval excludes 0, else 'no difference > MDD' (what could be seen)."""
     if c.n < 2:
         return f"undecided ({c.n} paired seed{'s' if c.n != 1 else ''})"
+    if _no_spread(c):
+        return "undecided (every seed differs by exactly this: no spread to test)"
     if c.separated:
         return "better" if c.diff > 0 else "worse"
     return f"no difference > {c.mdd * scale:.1f}{unit}"
@@ -284,10 +292,10 @@ def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings
     for entry in compare_to_baseline(axes, rows, settings):
         c, metric = entry["comparison"], entry["metric"]
         scale, unit, dec = (100.0, " points", 1) if _is_fraction(metric) else (1.0, "", 3)
-        if c.n >= 2:
+        if c.n >= 2 and not _no_spread(c):
             diff = f"{c.diff * scale:+.{dec}f} [{c.low * scale:+.{dec}f}, {c.high * scale:+.{dec}f}]"
             p, mdd = f"{c.p_value:.3f}", f"{c.mdd * scale:.{dec}f}"
-        else:
+        else:  # no interval to give
             diff, p, mdd = (f"{c.diff * scale:+.{dec}f}" if c.n else "-"), "-", "-"
         cells = [entry["cell"][a] for a in axes]
         lines.append(

@@ -172,6 +172,14 @@ def test_comparison_table_verdicts_read_better_worse_or_no_difference_larger_tha
     assert [line for line in swapped.splitlines() if line.startswith("| grpo ")][0].endswith(
         f"| {mdd:.1f} | worse |"
     )
+    # the same difference on every seed: no spread, so no test (not a certain 'better')
+    shifted = PAIRED.replace("b,better,0,0.58", "b,better,0,0.56").replace(
+        "i,better,2,0.80", "i,better,2,0.76"
+    )
+    table = rep.comparison_table(*_rows(shifted, tmp_path), sw.ReportSettings(baseline={"method": "grpo"}))
+    line = [x for x in table.splitlines() if x.startswith("| better ")][0]
+    no_spread = "undecided (every seed differs by exactly this: no spread to test)"
+    assert line == f"| better | test/pass@1 | 3 | +6.0 | - | - | {no_spread} |"
 
 
 def test_the_baseline_is_matched_on_every_other_axis(tmp_path):
