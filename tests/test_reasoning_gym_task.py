@@ -65,6 +65,18 @@ def test_a_solution_template_the_tiny_vocabulary_can_write_round_trips():
         ReasoningGymTask("basic_arithmetic", config, solution_template="answer:")
 
 
+def test_the_warm_start_cache_key_is_the_same_for_the_same_task():
+    """The key hashes the task's public fields; the dataset object (repr with a memory address) is not one."""
+    from lightning_rlvr.models import TinyPolicy
+    from lightning_rlvr.warmstart import WarmStart
+
+    config = {"min_animals": 1, "max_animals": 3}
+    keys = {WarmStart().key(TinyPolicy(), ReasoningGymTask("leg_counting", config, seed=3)) for _ in range(2)}
+    assert len(keys) == 1
+    other = WarmStart().key(TinyPolicy(), ReasoningGymTask("leg_counting", config, seed=4))
+    assert other not in keys
+
+
 def test_unknown_dataset_and_bad_config_are_clear_errors():
     with pytest.raises(RLVRError, match="unknown reasoning-gym dataset 'no_such'"):
         ReasoningGymTask("no_such")

@@ -142,9 +142,15 @@ class ReasoningGymTask(Task):
                 )
         self.pool_size = pool_size
         try:
-            self.dataset = reasoning_gym.create_dataset(name, **self.config, seed=seed, size=pool_size)
+            self._dataset = reasoning_gym.create_dataset(name, **self.config, seed=seed, size=pool_size)
         except (TypeError, ValueError, AssertionError) as err:
             raise RLVRError(f"reasoning-gym {name!r} rejected config {self.config}: {err}") from err
+
+    @property
+    def dataset(self):
+        """The reasoning-gym dataset. Private underneath: the warm-start cache key is the task's public
+        fields, and an object's repr (its memory address) would make that key new in every process."""
+        return self._dataset
 
     def split_of(self, question: str) -> str:
         return split_of(f"{self.seed}:{question}", self.test_fraction)
@@ -156,7 +162,7 @@ class ReasoningGymTask(Task):
         for _ in range(self.max_draws):
             j = rng.randrange(self.pool_size)
             try:
-                entry = self.dataset[j]
+                entry = self._dataset[j]
             except IndexError:  # a dataset that ran out of distinct items (word_ladder): draw again
                 continue
             if self.split_of(entry["question"]) == split:
@@ -178,6 +184,6 @@ class ReasoningGymTask(Task):
         got = extract_answer(completion, lines=len(problem.answer.strip().splitlines()) or 1)
         if got is None:
             return Verdict(0.0, "no <answer> found")
-        reward = float(self.dataset.score_answer(got, problem.meta["entry"]))
+        reward = float(self._dataset.score_answer(got, problem.meta["entry"]))
         correct = reward >= 1.0  # reasoning-gym scores partial credit: only a full score is a success
         return Verdict(reward, "correct" if correct else f"wrong answer {got[:80]}", correct)
