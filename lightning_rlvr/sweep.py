@@ -10,7 +10,9 @@ grid of runs; each run is two ``lightning-rlvr`` subprocesses:
 Only after both succeed is ``<out>/<run_id>/DONE`` written, so an interrupted
 sweep resumes where it stopped: finished runs are skipped, a run whose fit
 finished but whose test did not only reruns the test, anything else restarts
-from an empty run directory (its seed makes the rerun identical). Before the
+from an empty run directory (its seed makes the rerun identical). Each run records
+its configs and overrides in ``spec.json``; a run finished under other ones than the
+sweep file gives now (a per-method lr changed after tuning) is run again. Before the
 runs, one warm-start-only fit (``trainer.max_steps=0``) per distinct warm-start
 setting fills the on-disk warm-start cache, so concurrent runs never race on
 writing it. Then ``sweep_report`` writes ``results.csv``, ``results.md`` and
