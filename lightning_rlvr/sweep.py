@@ -10,7 +10,9 @@ grid of runs; each run is two ``lightning-rlvr`` subprocesses:
 Only after both succeed is ``<out>/<run_id>/DONE`` written, so an interrupted
 sweep resumes where it stopped: finished runs are skipped, a run whose fit
 finished but whose test did not only reruns the test, anything else restarts
-from an empty run directory (its seed makes the rerun identical). Before the
+from an empty run directory (its seed makes the rerun identical). Each run records
+its configs and overrides in ``spec.json``; a run finished under other ones than the
+sweep file gives now (a per-method lr changed after tuning) is run again. Before the
 runs, one warm-start-only fit (``trainer.max_steps=0``) per distinct warm-start
 setting fills the on-disk warm-start cache, so concurrent runs never race on
 writing it. Then ``sweep_report`` writes ``results.csv``, ``results.md`` and
@@ -48,14 +50,18 @@ from lightning_rlvr.sweep_spec import (  # noqa: F401 - re-exported: the sweep A
     CONFIG_AXIS,
     DONE,
     FIT_DONE,
+    SPEC,
     TEST_METRICS,
+    ReportSettings,
     Run,
     Sweep,
     SweepError,
     axis_label,
     expand,
+    is_finished,
     load_sweep,
     run_dir,
+    run_spec,
 )
 
 log = logging.getLogger("lightning_rlvr.sweep")
@@ -231,7 +237,7 @@ def read_test_metrics(directory: Path) -> dict[str, float]:
 
 
 def is_done(sweep: Sweep, run: Run) -> bool:
-    return (run_dir(sweep, run) / DONE).is_file()
+    return is_finished(sweep, run)
 
 
 def pending(sweep: Sweep, runs: Sequence[Run]) -> list[Run]:
@@ -248,10 +254,12 @@ def execute_run(
     d = run_dir(sweep, run)
     t0 = time.time()
     status: dict[str, Any] = {"run_id": run.run_id, "ok": False}
-    if not (d / FIT_DONE).is_file():
-        if d.exists():
-            shutil.rmtree(d)  # an interrupted fit restarts from nothing (same seed, same result)
+    stale = (d / SPEC).is_file() and json.loads((d / SPEC).read_text()) != run_spec(run)
+    if stale or not (d / FIT_DONE).is_file():
+        if d.exists():  # an interrupted fit restarts from nothing (same seed, same result), and a run
+            shutil.rmtree(d)  # done with other overrides than the sweep file's now is run again
         d.mkdir(parents=True)
+        (d / SPEC).write_text(json.dumps(run_spec(run), indent=1))
         code = runner(fit_command(sweep, run), d / "fit.log", env)
         if code != 0 or not (d / "checkpoints" / "last.ckpt").is_file():
             return {**status, "stage": "fit", "code": code, "log": str(d / "fit.log")}

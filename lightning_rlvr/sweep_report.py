@@ -10,6 +10,24 @@ as it should be. ``curves.png`` plots train reward (a trailing moving average
 of ``SMOOTH`` steps) and val pass@1 against the step, one line per cell, the
 seed mean with its 95% band. Everything here reads files only, so the report
 can be rewritten while a sweep is still running (``--report-only``).
+
+What the data can and cannot say. Runs that share a seed share their warm
+start, prompt stream and evaluation prompts, so every cell is compared with the
+baseline cell (``report.baseline``, GRPO by default) *paired by seed*
+(``lightning_rlvr.stats.paired_comparison``): the mean difference with its
+paired t-interval, the p-value, and the minimum detectable difference (MDD) at
+80% power given the observed spread of the differences. A comparison whose
+interval excludes 0 reads "better" or "worse"; any other reads "no difference >
+MDD", which is what the design could have detected, not a claim of equality.
+Accuracies are shown in points (100 x the fraction).
+
+Time to reach ``report.target_accuracy``: the training seconds (the logged
+``time/*_s`` of every RL step, so validation, checkpointing and start-up, which
+every method pays alike, are left out) summed up to the first validation whose
+pass@1 reaches the target. Credit-lab metrics: a run directory with a
+``credit_eval.csv`` (written by ``lightning-rlvr-credit-eval`` on the final
+checkpoint) adds its ``CREDIT_COLUMNS`` to the run's row; without one the
+columns are omitted.
 """
 
 from __future__ import annotations
@@ -20,37 +38,31 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_rlvr.sweep_spec import DONE, TEST_METRICS, Run, Sweep, axis_label, run_dir
+from lightning_rlvr.stats import paired_comparison, t_interval, t_quantile, time_to_reach  # noqa: F401
+from lightning_rlvr.sweep_spec import (
+    DONE,
+    TEST_METRICS,
+    ReportSettings,
+    Run,
+    Sweep,
+    axis_label,
+    is_finished,
+    run_dir,
+)
 
 TAIL = 10  # steps averaged for the final train reward
 SMOOTH = 5  # trailing moving average of the train-reward curve
+STEP_TIME_KEYS = ("time/rollout_s", "time/score_s", "time/credit_s", "time/update_s")  # one RL step
+CREDIT_EVAL = "credit_eval.csv"  # per run directory, optional
+CREDIT_COLUMNS = ("spearman", "localisation", "sign_agreement")
+TIME_TO_TARGET = "time_to_target_s"
 # (results.csv column, table header, decimals); test/pass@k columns are added as found
 SUMMARY = [
     ("val/pass@1_final", "val pass@1 (last)", 3),
     ("train/reward_last", f"train reward (last {TAIL} steps)", 3),
+    *((f"credit_eval/{c}", f"credit {c}", 3) for c in CREDIT_COLUMNS),
     ("fit_s", "fit time (s)", 0),
 ]
-
-
-# ---------------------------------------------------------------------------- statistics
-def t_quantile(df: int, q: float = 0.975) -> float:
-    """The ``q`` quantile of Student's t with ``df`` degrees of freedom."""
-    from scipy.stats import t
-
-    return float(t.ppf(q, df))
-
-
-def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): the mean and its two-sided ``level`` t-interval; low = high = nan for n < 2."""
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan, math.nan
-    mean = sum(values) / n
-    if n < 2:
-        return mean, math.nan, math.nan
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = t_quantile(n - 1, 0.5 + level / 2) * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
 
 
 # ---------------------------------------------------------------------------- reading runs
@@ -67,10 +79,54 @@ def read_fit_metrics(directory: Path) -> dict[str, list[tuple[int, float]]]:
     return series
 
 
+def train_seconds_curve(directory: Path) -> list[tuple[float, float]]:
+    """(training seconds so far, val pass@1) at each validation of the run's fit, in logging order.
+
+    The seconds are the summed step times (``STEP_TIME_KEYS``) of the RL steps logged before the
+    validation's row. File order, not the step column, decides: Lightning logs a validation after
+    steps 0..s at step s, the same step as the last training row, and the one before RL at step 0.
+    """
+    out, total = [], 0.0
+    for path in sorted((directory / "logs" / "fit").rglob("metrics.csv")):
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                total += sum(float(row[k]) for k in STEP_TIME_KEYS if row.get(k) not in ("", None))
+                if row.get("val/pass@1") not in ("", None):
+                    out.append((total, float(row["val/pass@1"])))
+    return out
+
+
+def read_credit_eval(directory: Path, method: str | None = None) -> dict[str, float]:
+    """``credit_eval/<column>``: the mean of each ``CREDIT_COLUMNS`` column of the run's credit_eval.csv.
+
+    Rows whose ``method`` column names ``method`` are used when there are any (a file that evaluated
+    several methods on the checkpoint), else all rows. Empty when the file or the columns are absent.
+    """
+    path = directory / CREDIT_EVAL
+    if not path.is_file():
+        return {}
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    mine = [r for r in rows if method is not None and r.get("method") == method]
+    rows = mine or rows
+    out = {}
+    for column in CREDIT_COLUMNS:
+        values = []
+        for r in rows:
+            try:
+                values.append(float(r.get(column) or "nan"))
+            except ValueError:
+                continue
+        values = [v for v in values if math.isfinite(v)]
+        if values:
+            out[f"credit_eval/{column}"] = sum(values) / len(values)
+    return out
+
+
 def run_row(sweep: Sweep, run: Run) -> dict | None:
     """The results.csv row of a finished run (None if it has not finished)."""
     d = run_dir(sweep, run)
-    if not (d / DONE).is_file():
+    if not is_finished(sweep, run):  # not finished, or finished with other overrides than the sweep's now
         return None
     done = json.loads((d / DONE).read_text())
     series = read_fit_metrics(d)
@@ -82,6 +138,11 @@ def run_row(sweep: Sweep, run: Run) -> dict | None:
     row["val/pass@1_final"] = val[-1][1] if val else ""
     row["train/reward_last"] = sum(reward[-TAIL:]) / len(reward[-TAIL:]) if reward else ""
     row["steps"] = len(reward)
+    target = sweep.report.target_accuracy
+    if target is not None:
+        reached = time_to_reach(train_seconds_curve(d), target)
+        row[TIME_TO_TARGET] = "" if math.isnan(reached) else round(reached, 1)
+    row.update(read_credit_eval(d, dict(run.cell).get("method")))
     row["fit_s"] = done.get("fit_s", "")
     return row
 
@@ -141,15 +202,105 @@ def _fmt(stats: tuple[float, float, float], decimals: int) -> str:
     return f"{mean:.{decimals}f} [{lo:.{decimals}f}, {hi:.{decimals}f}]"
 
 
-def markdown_table(axes: list[str], rows: list[dict]) -> str:
-    """The results table: one row per cell, mean [95% t-interval] over its seeds."""
+def markdown_table(axes: list[str], rows: list[dict], target: float | None = None) -> str:
+    """The results table: one row per cell, mean [95% t-interval] over its seeds; with ``target``, a last
+    column of the training seconds to reach val pass@1 >= target (over the seeds that reached it)."""
     metrics = _metric_columns(rows)
     header = [*axes, "seeds", *(title for _, title, _ in metrics)]
+    times = time_to_target_column(axes, rows, target) if target is not None else None
+    if times is not None:
+        header.append(f"train s to val pass@1 >= {target:g} (seeds)")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for entry in summarize(axes, rows):
+    for i, entry in enumerate(summarize(axes, rows)):
         cells = [entry["cell"][a] for a in axes] + [str(entry["n"])]
         cells += [_fmt(entry["metrics"][c], d) for c, _, d in metrics]
+        if times is not None:
+            cells.append(times[i])
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def time_to_target_column(axes: list[str], rows: list[dict], target: float) -> list[str]:
+    """Per cell: "mean s [low, high] (k/n)" over the k of its n seeds that reached ``target``."""
+    cells: dict[tuple, list[dict]] = {}
+    for row in rows:
+        cells.setdefault(tuple(str(row[a]) for a in axes), []).append(row)
+    out = []
+    for members in cells.values():
+        reached = [float(r[TIME_TO_TARGET]) for r in members if r.get(TIME_TO_TARGET) not in ("", None)]
+        stats = t_interval(reached)
+        text = "never" if not reached else _fmt(stats, 1 if len(reached) > 1 else 0)
+        out.append(f"{text} ({len(reached)}/{len(members)})")
+    return out
+
+
+def _is_fraction(metric: str) -> bool:
+    return "pass@" in metric or metric.startswith(("val/", "test/", "train/reward"))
+
+
+def _metric_by_seed(members: dict[str, dict], metric: str) -> dict[str, float]:
+    return {s: float(r[metric]) for s, r in members.items() if r.get(metric) not in ("", None)}
+
+
+def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSettings) -> list[dict]:
+    """Every cell against the baseline cell with the same other axis values, paired by seed.
+
+    One entry per (cell, metric): {"cell", "metric", "comparison" (``PairedComparison``)}, cells in
+    first-seen order. Cells whose baseline counterpart has no finished run are left out.
+    """
+    by_cell: dict[tuple, dict[str, dict]] = {}
+    for row in rows:
+        by_cell.setdefault(tuple(str(row[a]) for a in axes), {})[str(row.get("seed", ""))] = row
+    out = []
+    for key, seeds in by_cell.items():
+        cell = dict(zip(axes, key))
+        base_key = tuple(settings.baseline.get(a, cell[a]) for a in axes)
+        if base_key == key or base_key not in by_cell:
+            continue
+        base = by_cell[base_key]
+        for metric in settings.compare:
+            x, y = _metric_by_seed(seeds, metric), _metric_by_seed(base, metric)
+            if not x or not y:
+                continue
+            comparison = paired_comparison(x, y, settings.level, settings.power)
+            out.append({"cell": cell, "metric": metric, "comparison": comparison})
+    return out
+
+
+def _no_spread(c) -> bool:
+    """Identical non-zero differences on every seed: the t-test has no spread to work with (a coincidence
+    that a few seeds and a coarse metric make likely: pass@1 on 512 samples moves in steps of 1/512)."""
+    return c.n >= 2 and c.mdd == 0 and c.diff != 0
+
+
+def verdict(c, scale: float, unit: str) -> str:
+    """'better' / 'worse' when the interval excludes 0, else 'no difference > MDD' (what could be seen)."""
+    if c.n < 2:
+        return f"undecided ({c.n} paired seed{'s' if c.n != 1 else ''})"
+    if _no_spread(c):
+        return "undecided (every seed differs by exactly this: no spread to test)"
+    if c.separated:
+        return "better" if c.diff > 0 else "worse"
+    return f"no difference > {c.mdd * scale:.1f}{unit}"
+
+
+def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings) -> str:
+    """The "vs baseline" table: difference [paired interval], p, MDD and the verdict per cell and metric."""
+    pct = round(settings.level * 100)
+    header = [*axes, "metric", "paired seeds", f"difference [{pct}% interval]", "p", "MDD", "verdict"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for entry in compare_to_baseline(axes, rows, settings):
+        c, metric = entry["comparison"], entry["metric"]
+        scale, unit, dec = (100.0, " points", 1) if _is_fraction(metric) else (1.0, "", 3)
+        if c.n >= 2 and not _no_spread(c):
+            diff = f"{c.diff * scale:+.{dec}f} [{c.low * scale:+.{dec}f}, {c.high * scale:+.{dec}f}]"
+            p, mdd = f"{c.p_value:.3f}", f"{c.mdd * scale:.{dec}f}"
+        else:  # no interval to give
+            diff, p, mdd = (f"{c.diff * scale:+.{dec}f}" if c.n else "-"), "-", "-"
+        cells = [entry["cell"][a] for a in axes]
+        lines.append(
+            "| " + " | ".join([*cells, metric, str(c.n), diff, p, mdd, verdict(c, scale, unit)]) + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -235,6 +386,79 @@ def write_curves_csv(curves: dict, path: Path) -> None:
                     w.writerow([label, metric, step, *(f"{x:.6g}" for x in (mean, lo, hi)), n])
 
 
+def choose_values(axes: list[str], rows: list[dict], axis: str, by: str) -> list[dict]:
+    """Per combination of the other axes: the ``axis`` value with the highest seed-mean ``by``.
+
+    Values are tried in first-seen order (the grid's order), and a later one must be strictly
+    better, so a tie keeps the earlier one. Returns [{"cell": {other axes}, "chosen": value,
+    "means": {value: mean}}] in first-seen order.
+    """
+    others = [a for a in axes if a != axis]
+    groups: dict[tuple, dict[str, list[float]]] = {}
+    for row in rows:
+        key = tuple(str(row[a]) for a in others)
+        values = groups.setdefault(key, {}).setdefault(str(row[axis]), [])
+        if row.get(by) not in ("", None):
+            values.append(float(row[by]))
+    out = []
+    for key, per_value in groups.items():
+        means = {v: sum(xs) / len(xs) for v, xs in per_value.items() if xs}
+        chosen = None
+        for v, m in means.items():
+            if chosen is None or m > means[chosen]:
+                chosen = v
+        out.append({"cell": dict(zip(others, key)), "chosen": chosen, "means": means})
+    return out
+
+
+def _number(label: str | None):
+    """A value label back as the number it names (``5e-05`` -> 5e-05), so YAML writes it as one."""
+    if label is None:
+        return None
+    try:
+        return int(label)
+    except ValueError:
+        try:
+            return float(label)
+        except ValueError:
+            return label
+
+
+def choice_text(axes: list[str], rows: list[dict], axis: str, by: str) -> str:
+    """The choice as a table and, with one other axis, the ``axis_overrides`` block of the main sweep."""
+    choices = choose_values(axes, rows, axis, by)
+    values = list(dict.fromkeys(v for c in choices for v in c["means"]))
+    others = [a for a in axes if a != axis]
+    header = [*others, f"chosen {axis}", *(f"{by} at {v}" for v in values)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for c in choices:
+        means = [f"{c['means'][v]:.3f}" if v in c["means"] else "-" for v in values]
+        lines.append("| " + " | ".join([*c["cell"].values(), str(c["chosen"]), *means]) + " |")
+    text = [
+        f"## Chosen {axis}\n",
+        f"Per {', '.join(others)}: the {axis} with the highest seed-mean {by}; on a tie, the one listed "
+        "first in the grid.\n",
+        "\n".join(lines) + "\n",
+    ]
+    if len(others) == 1:
+        import yaml
+
+        block = {others[0]: {list(c["cell"].values())[0]: {axis: _number(c["chosen"])} for c in choices}}
+        dump = yaml.safe_dump({"axis_overrides": block}, sort_keys=False, default_flow_style=None)
+        text.append(f"To use it, paste into the main sweep file (chosen by {by}):\n\n```yaml\n{dump}```\n")
+    return "\n".join(text)
+
+
+_COMPARISON_NOTE = (
+    "Each cell minus the baseline cell on the same seeds (the same warm start, prompts and evaluation "
+    "problems), in points (100 x the fraction): the mean difference with its paired {level}% t-interval, "
+    "the two-sided paired t-test's p-value, and MDD, the true difference this design (these seeds, this "
+    "spread of the differences) would detect with {power}% power. 'better' / 'worse': the interval "
+    "excludes 0. 'no difference > X': the data cannot tell the two apart, and could only have detected a "
+    "difference of about X or more; it is not evidence that they are equal.\n"
+)
+
+
 # ---------------------------------------------------------------------------- all of it
 def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
     """results.csv, results.md, curves.csv and curves.png under the sweep's report_dir."""
@@ -259,7 +483,18 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
     ]
     if len(start) == 1:
         text.append(f"val pass@1 before RL (the shared warm start): {float(start[0]):.3f}.\n")
-    text += [markdown_table(axes, rows), "![learning curves](curves.png)\n"]
+    settings = sweep.report
+    text.append(markdown_table(axes, rows, settings.target_accuracy))
+    baseline = ", ".join(f"{a} = {v}" for a, v in settings.baseline.items())
+    if baseline:
+        text += [
+            f"## Against the baseline ({baseline})\n",
+            _COMPARISON_NOTE.format(level=round(settings.level * 100), power=round(settings.power * 100)),
+            comparison_table(axes, rows, settings),
+        ]
+    if settings.choose:
+        text.append(choice_text(axes, rows, settings.choose, settings.choose_by))
+    text.append("![learning curves](curves.png)\n")
     md_path.write_text("\n".join(text))
     curves = cell_curves(axes, rows, sweep.out)
     write_curves_csv(curves, out / "curves.csv")

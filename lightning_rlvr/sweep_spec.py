@@ -4,7 +4,17 @@ A sweep file names base ``--config`` files, fixed dotted overrides and a grid
 whose axes are dotted overrides (``model.lr: [5e-5, 1e-4]``) or config files
 (``config: [configs/method/grpo.yaml, "configs/method/*.yaml"]``, optionally
 labelled ``config:method``). The cartesian product of the axes is the list of
-runs, each with a stable, unique id. Running them is ``lightning_rlvr.sweep``;
+runs, each with a stable, unique id. ``axis_overrides`` sets overrides that
+depend on one axis' value, e.g. each method's own tuned learning rate::
+
+    axis_overrides:
+      method:                       # an axis label (``config:method`` -> ``method``)
+        grpo: {model.lr: 5.0e-5}    # a value label (a config file's stem, or the value itself)
+        shear: {model.lr: 2.0e-4}
+
+They apply after the grid's own overrides; a key that is also a grid axis is an
+error (the run would not be the grid point it is named after). ``report`` holds
+the settings of the report (``ReportSettings``). Running them is ``lightning_rlvr.sweep``;
 reading their results is ``lightning_rlvr.sweep_report``. Both import what they
 share from here (the run directory layout and its marker files), never each other.
 """
@@ -26,8 +36,10 @@ CONFIG_AXIS = "config"
 DONE = "DONE"  # written last in a run directory: the run and its evaluation completed
 FIT_DONE = "fit.done"  # the fit completed (a resumed sweep then only reruns the test)
 TEST_METRICS = "test_metrics.json"  # the test metrics of the final checkpoint
+SPEC = "spec.json"  # the run's config files and overrides, written when its fit starts
 SWEEP_KEYS = {"name", "out", "report_dir", "configs", "overrides", "grid", "test_overrides", "env", "jobs"}
-SWEEP_KEYS |= {"seed_key", "slurm"}
+SWEEP_KEYS |= {"seed_key", "slurm", "axis_overrides", "report"}
+REPORT_KEYS = {"baseline", "compare", "target_accuracy", "level", "power", "choose", "choose_by"}
 
 
 class SweepError(ValueError):
@@ -35,6 +47,36 @@ class SweepError(ValueError):
 
 
 # ---------------------------------------------------------------------------- the sweep file
+@dataclass
+class ReportSettings:
+    """What the report compares (a sweep file's ``report:`` section).
+
+    Attributes:
+        baseline: the cell every other cell is compared with, as {axis label: value label}; a plain
+            string names a value of the first axis. Default: the first value of the first axis
+            (GRPO in the method sweeps). Other axes are matched, so with a method axis and a
+            task axis each method is compared with the baseline method on the same task.
+        compare: results.csv columns compared paired by seed (default: test/pass@1).
+        target_accuracy: the val pass@1 whose first reach gives the "time to reach" column (None: no
+            such column).
+        level: confidence level of the intervals (and 1 - alpha of the test).
+        power: the power at which the minimum detectable difference is given.
+        choose: a tuning sweep's axis (e.g. ``model.lr``) to choose a value of per cell of the other
+            axes (e.g. per method): the one with the highest seed-mean ``choose_by``, the first listed
+            on a tie. The report then prints the choice as an ``axis_overrides`` block to paste into
+            the main sweep file. None: no choice.
+        choose_by: the results.csv column that decides (default: the last validation's pass@1).
+    """
+
+    baseline: dict[str, str] = field(default_factory=dict)
+    compare: list[str] = field(default_factory=lambda: ["test/pass@1"])
+    target_accuracy: float | None = None
+    level: float = 0.95
+    power: float = 0.8
+    choose: str | None = None
+    choose_by: str = "val/pass@1_final"
+
+
 @dataclass
 class Sweep:
     """A parsed sweep file. Paths in it are relative to the directory the sweep is run from."""
@@ -51,6 +93,8 @@ class Sweep:
     jobs: int = 1
     seed_key: str = "seed_everything"
     slurm: dict[str, Any] = field(default_factory=dict)
+    axis_overrides: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    report: ReportSettings = field(default_factory=ReportSettings)
 
 
 @dataclass(frozen=True)
@@ -67,6 +111,25 @@ class Run:
 def run_dir(sweep: Sweep, run: Run) -> Path:
     """Where a run writes everything: ``<out>/<run_id>/``."""
     return sweep.out / run.run_id
+
+
+def run_spec(run: Run) -> dict:
+    """What a run is: its config files and overrides, as they read back from ``SPEC``."""
+    return json.loads(json.dumps({"configs": list(run.configs), "overrides": run.overrides}, default=str))
+
+
+def is_finished(sweep: Sweep, run: Run) -> bool:
+    """The run completed (``DONE``) with the specification it has now.
+
+    Run ids name the grid point, not every override: a run done before the sweep file changed an
+    override (a new per-method lr in ``axis_overrides``) keeps its id, and its recorded ``SPEC``
+    is what tells it apart; such a run is not finished and is run again. A run directory without
+    ``SPEC`` (written before it existed) counts by ``DONE`` alone.
+    """
+    d = run_dir(sweep, run)
+    if not (d / DONE).is_file():
+        return False
+    return not (d / SPEC).is_file() or json.loads((d / SPEC).read_text()) == run_spec(run)
 
 
 def _is_config_axis(key: str) -> bool:
@@ -129,6 +192,9 @@ def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
     for c in configs:
         if not Path(c).is_file():
             raise SweepError(f"{path}: config file {c!r} not found (run from the repository root)")
+    seed_key = raw.get("seed_key") or "seed_everything"
+    axis_overrides = _check_axis_overrides(path, raw.get("axis_overrides") or {}, grid, seed_key)
+    report = _report_settings(path, raw.get("report") or {}, grid, seed_key)
     name = raw.get("name") or path.stem
     out_dir = Path(out or raw.get("out") or Path("runs") / "sweeps" / name)
     return Sweep(
@@ -142,9 +208,86 @@ def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
         test_overrides=dict(raw.get("test_overrides") or {}),
         env={k: str(v) for k, v in (raw.get("env") or {}).items()},
         jobs=int(raw.get("jobs") or 1),
-        seed_key=raw.get("seed_key") or "seed_everything",
+        seed_key=seed_key,
         slurm=dict(raw.get("slurm") or {}),
+        axis_overrides=axis_overrides,
+        report=report,
     )
+
+
+def _axis_values(grid: dict[str, list], seed_key: str) -> dict[str, tuple[str, list[str]]]:
+    """{axis label: (grid key, value labels)} of every axis but the seed."""
+    return {axis_label(k): (k, [_value_label(v) for v in vs]) for k, vs in grid.items() if k != seed_key}
+
+
+def _check_axis_overrides(path: Path, raw: Any, grid: dict[str, list], seed_key: str) -> dict:
+    """``axis_overrides`` as {axis label: {value label: {dotted key: value}}}, every name checked."""
+    axes = _axis_values(grid, seed_key)
+    if not isinstance(raw, dict):
+        raise SweepError(f"{path}: axis_overrides must map an axis label to {{value label: {{key: value}}}}")
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for axis, per_value in raw.items():
+        if axis not in axes:
+            raise SweepError(f"{path}: axis_overrides.{axis}: no such grid axis; the axes are {sorted(axes)}")
+        if not isinstance(per_value, dict):
+            raise SweepError(f"{path}: axis_overrides.{axis} must map a value label to {{key: value}}")
+        labels = axes[axis][1]
+        for value, sets in per_value.items():
+            value = _value_label(value) if not isinstance(value, str) else value
+            if value not in labels:
+                raise SweepError(
+                    f"{path}: axis_overrides.{axis}.{value}: not a value of that axis ({labels})"
+                )
+            if not isinstance(sets, dict):
+                raise SweepError(f"{path}: axis_overrides.{axis}.{value} must map dotted keys to values")
+            clash = sorted(set(sets) & set(grid))
+            if clash:
+                raise SweepError(
+                    f"{path}: axis_overrides.{axis}.{value} sets {clash}, which is also a grid axis; "
+                    "drop one of the two"
+                )
+            out.setdefault(axis, {})[value] = dict(sets)
+    return out
+
+
+def _report_settings(path: Path, raw: Any, grid: dict[str, list], seed_key: str) -> ReportSettings:
+    """The ``report:`` section, its baseline resolved to {axis label: value label} and checked."""
+    if not isinstance(raw, dict):
+        raise SweepError(f"{path}: report must be a mapping with keys {sorted(REPORT_KEYS)}")
+    unknown = set(raw) - REPORT_KEYS
+    if unknown:
+        raise SweepError(f"{path}: unknown report keys {sorted(unknown)}; allowed: {sorted(REPORT_KEYS)}")
+    axes = _axis_values(grid, seed_key)
+    baseline = raw.get("baseline")
+    if baseline is None:
+        baseline = {a: labels[0] for a, (_, labels) in list(axes.items())[:1]}
+    elif not isinstance(baseline, dict):
+        if not axes:
+            raise SweepError(f"{path}: report.baseline needs a grid axis besides the seed")
+        baseline = {next(iter(axes)): baseline}
+    baseline = {str(a): _value_label(v) if not isinstance(v, str) else v for a, v in baseline.items()}
+    for axis, value in baseline.items():
+        if axis not in axes:
+            raise SweepError(f"{path}: report.baseline: no grid axis {axis!r}; the axes are {sorted(axes)}")
+        if value not in axes[axis][1]:
+            raise SweepError(f"{path}: report.baseline: {value!r} is not a value of {axis} ({axes[axis][1]})")
+    compare = raw.get("compare", ["test/pass@1"])
+    compare = [compare] if isinstance(compare, str) else list(compare)
+    target = raw.get("target_accuracy")
+    level, power = float(raw.get("level", 0.95)), float(raw.get("power", 0.8))
+    if target is not None and not 0 < float(target) <= 1:
+        raise SweepError(f"{path}: report.target_accuracy must be in (0, 1], got {target}")
+    if not (0 < level < 1 and 0 < power < 1):
+        raise SweepError(f"{path}: report.level and report.power must be in (0, 1)")
+    choose = raw.get("choose")
+    if choose is not None and (choose not in axes or len(axes) < 2):
+        raise SweepError(
+            f"{path}: report.choose: {choose!r} must be one of the grid axes {sorted(axes)}, with another "
+            "axis to choose per (e.g. choose: model.lr with a method axis)"
+        )
+    target = None if target is None else float(target)
+    by = str(raw.get("choose_by", "val/pass@1_final"))
+    return ReportSettings(baseline, compare, target, level, power, choose, by)
 
 
 # ---------------------------------------------------------------------------- grid expansion
@@ -194,6 +337,8 @@ def expand(sweep: Sweep) -> list[Run]:
                 seed = label
             else:
                 cell.append((axis_label(key), label))
+        for axis, value in cell:  # overrides that depend on an axis' value, after the grid's own
+            overrides.update(sweep.axis_overrides.get(axis, {}).get(value, {}))
         runs.append(
             Run(
                 run_id=_safe("__".join(parts) or "run"),

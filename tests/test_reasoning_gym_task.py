@@ -43,6 +43,40 @@ def test_another_dataset_by_name_and_config():
     assert task.check(p.solution, p).reward == 1.0
 
 
+def test_a_solution_template_the_tiny_vocabulary_can_write_round_trips():
+    """The in-code tokenizer has no '<', '>' or '/': a warm start on the tag would teach '<unk>answer<unk>',
+    which decodes to 'answer12answer' and scores 0; the 'answer:' cue survives the vocabulary."""
+    from lightning_rlvr.models import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    config = {"min_terms": 3, "max_terms": 3, "min_digits": 1, "max_digits": 1, "operators": ["+", "-"]}
+    task = ReasoningGymTask(
+        "basic_arithmetic", config, template="{question}", solution_template=" answer:{answer}"
+    )
+    for i in range(8):
+        p = task.problem("train", i)
+        assert p.solution == f" answer:{p.answer}"
+        decoded = tok.decode(tok(p.solution, add_special_tokens=False)["input_ids"], skip_special_tokens=True)
+        assert decoded == p.solution and task.check(decoded, p).reward == 1.0
+        tagged = ReasoningGymTask("basic_arithmetic", config).problem("train", i).solution
+        lost = tok.decode(tok(tagged, add_special_tokens=False)["input_ids"], skip_special_tokens=True)
+        assert task.check(lost, p).reward == 0.0  # why the default tag does not suit that vocabulary
+    with pytest.raises(RLVRError, match="solution_template must contain"):
+        ReasoningGymTask("basic_arithmetic", config, solution_template="answer:")
+
+
+def test_the_warm_start_cache_key_is_the_same_for_the_same_task():
+    """The key hashes the task's public fields; the dataset object (repr with a memory address) is not one."""
+    from lightning_rlvr.models import TinyPolicy
+    from lightning_rlvr.warmstart import WarmStart
+
+    config = {"min_animals": 1, "max_animals": 3}
+    keys = {WarmStart().key(TinyPolicy(), ReasoningGymTask("leg_counting", config, seed=3)) for _ in range(2)}
+    assert len(keys) == 1
+    other = WarmStart().key(TinyPolicy(), ReasoningGymTask("leg_counting", config, seed=4))
+    assert other not in keys
+
+
 def test_unknown_dataset_and_bad_config_are_clear_errors():
     with pytest.raises(RLVRError, match="unknown reasoning-gym dataset 'no_such'"):
         ReasoningGymTask("no_such")

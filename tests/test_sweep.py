@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,59 @@ def test_override_under_a_non_mapping_is_one_clear_error(tmp_path, monkeypatch, 
     assert sw.main([str(path), "--dry-run"]) == 2
 
 
+def test_axis_overrides_give_each_method_its_own_lr(grid_sweep):
+    text = grid_sweep.read_text().replace("  model.lr: [1.0e-4, 5.0e-5]\n", "")
+    write(
+        grid_sweep, text + "axis_overrides:\n  method:\n    alpha: {model.lr: 2.0e-4, model.group_size: 2}\n"
+    )
+    runs = sw.expand(sw.load_sweep(grid_sweep))
+    lr = {r.run_id: dict(r.overrides).get("model.lr") for r in runs}
+    assert lr == {
+        f"{m}__seed={s}": (2.0e-4 if m == "alpha" else None) for m in ("beta", "alpha") for s in range(3)
+    }
+    alpha = next(r for r in runs if r.run_id == "alpha__seed=0")
+    assert sw._merged_config(alpha)["model"] == {"group_size": 2, "loss_agg": "seq_mean", "lr": 2.0e-4}
+    assert ("--model.lr", "0.0002") in zip(sw.fit_command(sw.load_sweep(grid_sweep), alpha)[:-1],
+                                          sw.fit_command(sw.load_sweep(grid_sweep), alpha)[1:])  # fmt: skip
+
+
+def test_axis_overrides_keyed_by_a_numeric_axis_value(grid_sweep):
+    write(
+        grid_sweep,
+        grid_sweep.read_text() + "axis_overrides:\n  model.lr:\n    5.0e-5: {model.group_size: 16}\n",
+    )
+    runs = sw.expand(sw.load_sweep(grid_sweep))
+    assert {r.run_id for r in runs if dict(r.overrides).get("model.group_size") == 16} == {
+        f"{m}__lr=5e-05__seed={s}" for m in ("beta", "alpha") for s in range(3)
+    }
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("axis_overrides:\n  optimiser: {alpha: {model.lr: 1}}\n", "no such grid axis"),
+        ("axis_overrides:\n  method: {gamma: {model.lr: 1}}\n", "not a value of that axis"),
+        ("axis_overrides:\n  method: {alpha: {model.lr: 1}}\n", "also a grid axis"),
+        ("axis_overrides:\n  method: {alpha: 3}\n", "must map dotted keys"),
+        ("report: {baseline: gamma}\n", "is not a value of method"),
+        ("report: {baseline: {task: x}}\n", "no grid axis 'task'"),
+        ("report: {target_accuracy: 30}\n", "target_accuracy must be in (0, 1]"),
+        ("report: {treshold: 0.3}\n", "unknown report keys ['treshold']"),
+    ],
+)
+def test_bad_axis_overrides_and_report_settings_are_one_clear_error(grid_sweep, extra, message):
+    write(grid_sweep, grid_sweep.read_text() + extra)
+    with pytest.raises(sw.SweepError, match=re.escape(message)):
+        sw.load_sweep(grid_sweep)
+
+
+def test_report_baseline_defaults_to_the_first_axis_value_and_accepts_a_plain_value(grid_sweep):
+    assert sw.load_sweep(grid_sweep).report.baseline == {"method": "beta"}
+    write(grid_sweep, grid_sweep.read_text() + "report: {baseline: alpha, compare: val/pass@1_final}\n")
+    report = sw.load_sweep(grid_sweep).report
+    assert report.baseline == {"method": "alpha"} and report.compare == ["val/pass@1_final"]
+
+
 def test_nested_overrides_into_mappings_and_new_sections_are_merged():
     run = sw.Run(
         run_id="r",
@@ -119,7 +173,7 @@ def test_nested_overrides_into_mappings_and_new_sections_are_merged():
 
 
 def test_sweep_modules_import_without_a_cycle():
-    """sweep -> sweep_report -> sweep_spec; sweep_spec and sweep_report never import sweep."""
+    """sweep -> sweep_report -> sweep_spec (and stats); sweep_spec and sweep_report never import sweep."""
     import ast
 
     root = REPO / "lightning_rlvr"
@@ -130,12 +184,15 @@ def test_sweep_modules_import_without_a_cycle():
         mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imports[name] = {m.rsplit(".", 1)[-1] for m in mods if m.startswith("lightning_rlvr.")}
     assert imports["sweep_spec"] == set()
-    assert imports["sweep_report"] == {"sweep_spec"}
+    assert imports["sweep_report"] == {"sweep_spec", "stats"}  # the statistics live in one place
     assert "sweep" not in imports["sweep_report"] | imports["sweep_spec"]
     from lightning_rlvr import sweep_report, sweep_spec
 
     assert sw.run_dir is sweep_spec.run_dir is sweep_report.run_dir  # one definition, re-exported
     assert (sw.DONE, sw.TEST_METRICS) == (sweep_spec.DONE, sweep_spec.TEST_METRICS)
+    from lightning_rlvr import stats
+
+    assert sweep_report.t_interval is stats.t_interval and sweep_report.t_quantile is stats.t_quantile
 
 
 def test_dry_run_prints_the_commands_and_runs_nothing(grid_sweep, tmp_path, capsys):
@@ -213,6 +270,25 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, monkey
     assert {r["test/pass@1"] for r in rows} == {"0.5"}
 
 
+def test_a_run_done_with_another_lr_is_run_again_and_the_others_are_kept(grid_sweep):
+    text = grid_sweep.read_text().replace("  model.lr: [1.0e-4, 5.0e-5]\n", "").replace("[0, 1, 2]", "[0]")
+    write(grid_sweep, text + "out: out\naxis_overrides:\n  method:\n    alpha: {model.lr: 2.0e-4}\n")
+    assert sw.main([str(grid_sweep)], runner=FakeLightning()) == 0
+    again = FakeLightning()
+    assert sw.main([str(grid_sweep)], runner=again) == 0 and again.calls == []  # all done: nothing runs
+    write(grid_sweep, grid_sweep.read_text().replace("2.0e-4", "4.0e-4"))  # the tuning chose another lr
+    sweep = sw.load_sweep(grid_sweep)
+    assert [sw.is_done(sweep, r) for r in sw.expand(sweep)] == [True, False]  # beta, alpha
+    third = FakeLightning()
+    assert sw.main([str(grid_sweep)], runner=third) == 0
+    assert [c for c in third.calls if c[1] != "_warmup"] == [
+        ("fit", "alpha__seed=0"),
+        ("test", "alpha__seed=0"),
+    ]
+    spec = json.loads((sweep.out / "alpha__seed=0" / sw.SPEC).read_text())
+    assert ["model.lr", 4.0e-4] in spec["overrides"]
+
+
 def test_warm_start_runs_once_per_setting_before_the_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     path = write(
@@ -245,18 +321,34 @@ def test_submitit_launcher_runs_every_run(tmp_path, monkeypatch):
     assert sorted(p.parent.name for p in (tmp_path / "out").glob("*/DONE")) == ["one__seed=0", "one__seed=1"]
 
 
+# Overrides that only scale a run (how long, how many, how fast it learns), never whether it starts:
+# a run differing from one already started in this session only in these is not started again.
+SCALE_KEYS = ("trainer.", "checkpoint.", "data.", "seed_everything", "model.lr", "model.max_new_tokens")
+SCALE_KEYS += ("model.task.init_args.digits", "model.warm_start.init_args.min_accuracy")
+STARTED: set = set()
+
+
+def _start_key(run: sw.Run) -> tuple:
+    return run.configs, tuple((k, json.dumps(v)) for k, v in run.overrides if not k.startswith(SCALE_KEYS))
+
+
 @pytest.mark.parametrize("sweep_file", SWEEPS, ids=lambda p: p.stem)
 def test_every_sweep_file_starts_each_of_its_runs(sweep_file, run_cli, monkeypatch, tmp_path):
-    """Each distinct combination of config files in the sweep (its seeds only repeat one) runs one
-    ``fast_dev_run`` step with the run's overrides; the test-scale config goes right after the base
-    configs, so method files still apply over it (HP-RLVR keeps G = 1), and the evaluation sizes go
-    back to test scale after the run's overrides."""
+    """Each distinct combination of config files and non-scale overrides in the sweep runs one
+    ``fast_dev_run`` step with the run's overrides (once per test session: the lr-tuning sweeps repeat
+    their main sweep's runs); the test-scale config goes right after the base configs, so method files
+    and the sweep's overrides still apply over it (HP-RLVR keeps G = 1, the task stays the sweep's), and
+    the evaluation sizes go back to test scale after the run's overrides."""
     monkeypatch.chdir(REPO)
     sweep = sw.load_sweep(sweep_file, out=tmp_path / "out")
     runs = sw.expand(sweep)
     assert runs and len({r.run_id for r in runs}) == len(runs)
-    distinct = {r.configs: r for r in runs}
-    for configs, run in distinct.items():
+    distinct = {_start_key(r): r for r in runs}
+    for key, run in distinct.items():
+        if key in STARTED:
+            continue
+        STARTED.add(key)
+        configs = run.configs
         base = len(sweep.configs)
         configs = (*configs[:base], TINY, *configs[base:])
         args = sw._override_args(run.overrides) + ["--data.val_size=4", "--trainer.fast_dev_run=true"]
@@ -266,3 +358,21 @@ def test_every_sweep_file_starts_each_of_its_runs(sweep_file, run_cli, monkeypat
         group_size = sw._merged_config(grid_files).get("model", {}).get("group_size")
         if group_size is not None:  # a method file's own G wins over the test scale's
             assert cli.model.group_size == group_size
+
+
+@pytest.mark.parametrize("tuning", sorted((REPO / "sweeps").glob("lr_tuning_*.yaml")), ids=lambda p: p.stem)
+def test_a_tuning_sweep_tunes_its_main_sweep_on_the_same_task_and_evaluation(tuning, monkeypatch):
+    """What the lr was chosen on must be what it is used on: same configs, task, warm start and evaluation,
+    every method of the main sweep, the lr as the only extra axis, and the report choosing it."""
+    monkeypatch.chdir(REPO)
+    main = sw.load_sweep(REPO / "sweeps" / tuning.name.replace("lr_tuning_", "methods_"))
+    tune = sw.load_sweep(tuning)
+    assert tune.configs == main.configs and tune.test_overrides == main.test_overrides
+    horizon = {"trainer.max_steps"}  # tuning is shorter; everything else is shared
+    assert {k: v for k, v in tune.overrides.items() if k not in horizon} == {
+        k: v for k, v in main.overrides.items() if k not in horizon
+    }
+    assert tune.grid["config:method"] == main.grid["config:method"]
+    assert set(tune.grid) - set(main.grid) == {"model.lr"} and len(tune.grid["model.lr"]) >= 3
+    assert tune.report.choose == "model.lr" and main.report.baseline == {"method": "grpo"}
+    assert set(main.axis_overrides) <= {"method"}  # the chosen lrs are keyed to the method axis

@@ -11,6 +11,7 @@ import pytest
 
 from lightning_rlvr import sweep as sw
 from lightning_rlvr import sweep_report as rep
+from lightning_rlvr.stats import min_detectable_difference
 
 # Student's t, two-sided 95% (the 0.975 quantile), from any printed t-table
 T_TABLE = {1: 12.706, 2: 4.303, 4: 2.776}
@@ -111,3 +112,179 @@ def test_report_writes_csv_table_curves_and_a_png(tmp_path, monkeypatch):
     # step 2, moving average over steps 0-2 of each seed (k = 0, 1, 2): 0.2 k; seed mean 0.2
     last = curve[-1]
     assert last["step"] == "2" and float(last["mean"]) == pytest.approx(0.2) and last["seeds"] == "3"
+
+
+# ---------------------------------------------------------------------------- what the data can say
+# seeds 0-2 of GRPO and three methods, in the order a sweep writes them (seed by seed)
+PAIRED = """run_id,method,seed,test/pass@1
+a,grpo,0,0.50
+b,better,0,0.58
+c,same,0,0.55
+d,lonely,0,0.90
+e,grpo,1,0.60
+f,better,1,0.66
+g,same,1,0.55
+h,grpo,2,0.70
+i,better,2,0.80
+j,same,2,0.73
+k,same,7,0.99
+"""
+
+
+def _rows(text: str, tmp_path: Path) -> tuple[list[str], list[dict]]:
+    path = tmp_path / "results.csv"
+    path.write_text(text)
+    return rep.read_results_csv(path)
+
+
+def test_comparison_with_grpo_is_paired_by_seed_with_hand_computed_interval_and_p(tmp_path):
+    axes, rows = _rows(PAIRED, tmp_path)
+    settings = sw.ReportSettings(baseline={"method": "grpo"})
+    found = {e["cell"]["method"]: e["comparison"] for e in rep.compare_to_baseline(axes, rows, settings)}
+    assert set(found) == {"better", "same", "lonely"}  # grpo is not compared with itself
+    # better - grpo on seeds 0, 1, 2: 0.08, 0.06, 0.10 -> mean 0.08, sd 0.02, se 0.02 / sqrt 3
+    c = found["better"]
+    half = 4.302653 * 0.02 / math.sqrt(3)
+    assert c.n == 3 and c.diff == pytest.approx(0.08)
+    assert (c.low, c.high) == (pytest.approx(0.08 - half, abs=1e-6), pytest.approx(0.08 + half, abs=1e-6))
+    tval = 0.08 / (0.02 / math.sqrt(3))  # t on 2 df: P(T > t) = (1 - t / sqrt(t^2 + 2)) / 2
+    assert c.p_value == pytest.approx(1 - tval / math.sqrt(tval**2 + 2), rel=1e-6)
+    # same - grpo: 0.05, -0.05, 0.03 (seed 7 has no GRPO partner and is left out)
+    assert found["same"].n == 3 and found["same"].diff == pytest.approx(0.01)
+    assert found["lonely"].n == 1
+
+
+def test_comparison_table_verdicts_read_better_worse_or_no_difference_larger_than_the_mdd(tmp_path):
+    axes, rows = _rows(PAIRED, tmp_path)
+    table = rep.comparison_table(axes, rows, sw.ReportSettings(baseline={"method": "grpo"}))
+    lines = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
+    half = 4.302653 * 0.02 / math.sqrt(3) * 100  # points
+    mdd = min_detectable_difference(0.02, 3) * 100
+    assert lines["better"] == (
+        f"| better | test/pass@1 | 3 | +8.0 [{8 - half:+.1f}, {8 + half:+.1f}] | 0.020 | {mdd:.1f} | better |"
+    )
+    sd_same = math.sqrt(((0.04) ** 2 + (0.06) ** 2 + (0.02) ** 2) / 2)  # diffs 0.05, -0.05, 0.03; mean 0.01
+    mdd_same = min_detectable_difference(sd_same, 3) * 100
+    assert lines["same"].endswith(f"| {mdd_same:.1f} | no difference > {mdd_same:.1f} points |")
+    assert lines["lonely"] == "| lonely | test/pass@1 | 1 | +40.0 | - | - | undecided (1 paired seed) |"
+    # swapping the roles turns 'better' into 'worse' with the same MDD
+    swapped = rep.comparison_table(axes, rows, sw.ReportSettings(baseline={"method": "better"}))
+    assert [line for line in swapped.splitlines() if line.startswith("| grpo ")][0].endswith(
+        f"| {mdd:.1f} | worse |"
+    )
+    # the same difference on every seed: no spread, so no test (not a certain 'better')
+    shifted = PAIRED.replace("b,better,0,0.58", "b,better,0,0.56").replace(
+        "i,better,2,0.80", "i,better,2,0.76"
+    )
+    table = rep.comparison_table(*_rows(shifted, tmp_path), sw.ReportSettings(baseline={"method": "grpo"}))
+    line = [x for x in table.splitlines() if x.startswith("| better ")][0]
+    no_spread = "undecided (every seed differs by exactly this: no spread to test)"
+    assert line == f"| better | test/pass@1 | 3 | +6.0 | - | - | {no_spread} |"
+
+
+def test_the_baseline_is_matched_on_every_other_axis(tmp_path):
+    text = "run_id,method,task,seed,test/pass@1\n" + "".join(
+        f"r,{m},{t},{s},{base + (0.1 if m == 'x' else 0) + 0.01 * s * (t == 'b')}\n"
+        for t, base in (("a", 0.2), ("b", 0.6))
+        for m in ("grpo", "x")
+        for s in (0, 1)
+    )
+    axes, rows = _rows(text, tmp_path)
+    found = rep.compare_to_baseline(axes, rows, sw.ReportSettings(baseline={"method": "grpo"}))
+    assert [(e["cell"]["method"], e["cell"]["task"]) for e in found] == [("x", "a"), ("x", "b")]
+    assert all(e["comparison"].diff == pytest.approx(0.1) for e in found)  # not 0.5 across tasks
+
+
+def test_training_seconds_to_reach_the_target_come_from_the_step_times(tmp_path):
+    d = tmp_path / "run"
+    (d / "logs" / "fit").mkdir(parents=True)
+    # as Lightning writes it: the validation before RL at step 0, then one after steps 0-1 logged at
+    # step 1 and one after steps 0-3 at step 3
+    lines = ["step,time/rollout_s,time/score_s,time/credit_s,time/update_s,val/pass@1", "0,,,,,0.10"]
+    steps = [f"{s},1.0,0.25,0.25,{0.5 * (s + 1)}," for s in range(4)]  # steps 0-3: 2.0, 2.5, 3.0, 3.5 s
+    lines += [*steps[:2], "1,,,,,0.30", *steps[2:], "3,,,,,0.50"]
+    (d / "logs" / "fit" / "metrics.csv").write_text("\n".join(lines) + "\n")
+    curve = rep.train_seconds_curve(d)
+    assert curve == [(0.0, 0.10), (4.5, 0.30), (11.0, 0.50)]
+    assert stats_time(curve, 0.3) == 4.5 and stats_time(curve, 0.4) == 11.0 and stats_time(curve, 0.05) == 0.0
+    assert math.isnan(stats_time(curve, 0.6))
+
+
+def stats_time(curve, target):
+    from lightning_rlvr.stats import time_to_reach
+
+    return time_to_reach(curve, target)
+
+
+def test_credit_eval_columns_are_read_when_present_and_omitted_otherwise(tmp_path):
+    assert rep.read_credit_eval(tmp_path, "shear") == {}
+    (tmp_path / "credit_eval.csv").write_text(
+        "method,spearman,localisation,sign_agreement,other\n"
+        "grpo,0.1,0.2,0.5,9\nshear,0.4,0.6,0.8,9\nshear,0.6,,0.9,9\n"
+    )
+    got = rep.read_credit_eval(tmp_path, "shear")  # the rows of this run's method; blanks skipped
+    assert got == pytest.approx(
+        {"credit_eval/spearman": 0.5, "credit_eval/localisation": 0.6, "credit_eval/sign_agreement": 0.85}
+    )
+    assert rep.read_credit_eval(tmp_path, "hsd")["credit_eval/spearman"] == pytest.approx(
+        (0.1 + 0.4 + 0.6) / 3
+    )
+
+
+def test_report_has_the_comparison_time_to_target_and_credit_columns(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for m in ("grpo", "shear"):
+        (tmp_path / f"{m}.yaml").write_text("model: {}\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "out: out\nreport_dir: report\ngrid:\n  'config:method': [grpo.yaml, shear.yaml]\n"
+        "  seed_everything: [0, 1, 2]\nreport: {target_accuracy: 0.55}\n"
+    )
+    sweep = sw.load_sweep(path)
+    assert sweep.report.baseline == {"method": "grpo"}  # the first value of the first axis
+    runs = sw.expand(sweep)
+    for i, run in enumerate(runs):
+        fake_finished_run(sweep.out, run, rewards=[0.1, 0.2, 0.3], val=[0.25, 0.5 + 0.05 * i], test=0.1 * i)
+    (sweep.out / runs[4].run_id / "credit_eval.csv").write_text("method,spearman\nshear,0.3\n")
+    rep.write_report(sweep, runs)
+    md = (tmp_path / "report" / "results.md").read_text()
+    assert "## Against the baseline (method = grpo)" in md
+    assert "| shear | test/pass@1 | 3 | +30.0 [+30.0, +30.0] |" in md  # test = 0.1 i: shear - grpo = 0.3
+    assert "train s to val pass@1 >= 0.55 (seeds)" in md and "credit spearman" in md
+    with open(tmp_path / "report" / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    # run i reaches 0.5 + 0.05 i at its second validation (step 2, no step times logged: 0 s)
+    assert [r["time_to_target_s"] for r in rows] == ["", "0.0", "0.0", "0.0", "0.0", "0.0"]
+    assert [r["credit_eval/spearman"] for r in rows] == ["", "", "", "", "0.3", ""]
+
+
+TUNING = """run_id,method,model.lr,seed,val/pass@1_final
+a,grpo,5e-05,0,0.30
+b,grpo,0.0001,0,0.40
+c,grpo,0.0002,0,0.35
+d,shear,5e-05,0,0.10
+e,shear,0.0001,0,0.20
+f,shear,0.0002,0,0.20
+g,hsd,5e-05,0,0.25
+h,hsd,0.0001,0,
+"""
+
+
+def test_the_tuning_choice_is_the_best_value_per_method_and_the_first_on_a_tie(tmp_path):
+    axes, rows = _rows(TUNING, tmp_path)
+    choices = rep.choose_values(axes, rows, "model.lr", "val/pass@1_final")
+    assert [(c["cell"]["method"], c["chosen"]) for c in choices] == [
+        ("grpo", "0.0001"),
+        ("shear", "0.0001"),  # tied with 0.0002: the first listed (the smaller lr) is kept
+        ("hsd", "5e-05"),  # its 1e-4 run has no value
+    ]
+    text = rep.choice_text(axes, rows, "model.lr", "val/pass@1_final")
+    assert "| grpo | 0.0001 | 0.300 | 0.400 | 0.350 |" in text and "| hsd | 5e-05 | 0.250 | - | - |" in text
+    block = text.split("```yaml\n")[1].split("```")[0]
+    import yaml
+
+    assert yaml.safe_load(block) == {
+        "axis_overrides": {
+            "method": {"grpo": {"model.lr": 1e-4}, "shear": {"model.lr": 1e-4}, "hsd": {"model.lr": 5e-5}}
+        }
+    }

@@ -39,6 +39,7 @@ from lightning_rlvr.tasks.base import SPLITS, Problem, Task, Verdict, split_of
 _TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _CUE = re.compile(r"answer:", re.IGNORECASE)
 DEFAULT_TEMPLATE = "{question}\nGive your final answer as <answer>...</answer>.\n"
+DEFAULT_SOLUTION = "<answer>{answer}</answer>"
 DEFAULT_POOL_SIZE = 1_000_000
 # Datasets that generate all their items when built (measured with reasoning-gym 0.1.25: every other
 # dataset builds a million-item pool in under 2 s); their default pool is their config's default size.
@@ -94,6 +95,10 @@ class ReasoningGymTask(Task):
         pool_size: items of the stream that problems are drawn from (the dataset's ``size``); None: as
             many as the dataset allows, at most 1,000,000 (see the module).
         template: how a question becomes a prompt; ``{question}`` is replaced.
+        solution_template: the worked solution a warm start trains on; ``{answer}`` is replaced. The
+            default tag suits a real tokenizer; a vocabulary without ``<``, ``>`` and ``/`` (the in-code
+            ``TinyPolicy``'s) cannot write the tag, and uses the ``answer:`` cue instead
+            (``" answer:{answer}"``), which ``extract_answer`` reads too.
         max_draws: draws per problem before giving up (a dataset with too few distinct questions
             for a split).
     """
@@ -107,6 +112,7 @@ class ReasoningGymTask(Task):
         pool_size: int | None = None,
         template: str = DEFAULT_TEMPLATE,
         max_draws: int = 1000,
+        solution_template: str = DEFAULT_SOLUTION,
     ) -> None:
         import reasoning_gym
         from reasoning_gym.factory import DATASETS
@@ -117,6 +123,9 @@ class ReasoningGymTask(Task):
             raise ValueError("test_fraction must be in (0, 0.5)")
         self.name, self.config, self.seed = name, dict(config or {}), seed
         self.test_fraction, self.template, self.max_draws = test_fraction, template, max_draws
+        if "{answer}" not in solution_template:
+            raise RLVRError(f"solution_template must contain {{answer}}, got {solution_template!r}")
+        self.solution_template = solution_template
         config_cls = DATASETS[name][1]
         if pool_size is None:
             default = getattr(config_cls, "size", DEFAULT_POOL_SIZE)
@@ -133,9 +142,15 @@ class ReasoningGymTask(Task):
                 )
         self.pool_size = pool_size
         try:
-            self.dataset = reasoning_gym.create_dataset(name, **self.config, seed=seed, size=pool_size)
+            self._dataset = reasoning_gym.create_dataset(name, **self.config, seed=seed, size=pool_size)
         except (TypeError, ValueError, AssertionError) as err:
             raise RLVRError(f"reasoning-gym {name!r} rejected config {self.config}: {err}") from err
+
+    @property
+    def dataset(self):
+        """The reasoning-gym dataset. Private underneath: the warm-start cache key is the task's public
+        fields, and an object's repr (its memory address) would make that key new in every process."""
+        return self._dataset
 
     def split_of(self, question: str) -> str:
         return split_of(f"{self.seed}:{question}", self.test_fraction)
@@ -147,14 +162,14 @@ class ReasoningGymTask(Task):
         for _ in range(self.max_draws):
             j = rng.randrange(self.pool_size)
             try:
-                entry = self.dataset[j]
+                entry = self._dataset[j]
             except IndexError:  # a dataset that ran out of distinct items (word_ladder): draw again
                 continue
             if self.split_of(entry["question"]) == split:
                 return Problem(
                     prompt=self.template.format(question=entry["question"]),
                     answer=str(entry["answer"]),
-                    solution=f"<answer>{entry['answer']}</answer>",
+                    solution=self.solution_template.format(answer=entry["answer"]),
                     meta={"entry": entry, "item": j},
                 )
         raise RLVRError(
@@ -169,7 +184,7 @@ class ReasoningGymTask(Task):
         got = extract_answer(completion, lines=len(problem.answer.strip().splitlines()) or 1)
         if got is None:
             return Verdict(0.0, "no <answer> found")
-        reward = float(self.dataset.score_answer(got, problem.meta["entry"]))
+        reward = float(self._dataset.score_answer(got, problem.meta["entry"]))
         correct = reward >= 1.0  # reasoning-gym scores partial credit: only a full score is a success
         return Verdict(reward, "correct" if correct else f"wrong answer {got[:80]}", correct)
 
