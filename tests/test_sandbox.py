@@ -428,7 +428,10 @@ def test_loops_memory_and_host_files(canary_dir):
     ]
     verdicts = TASK.check_batch([a + GOOD if "def square" not in a else a for a in attacks], [ASSERTS] * 8)
     assert [v.reward for v, _ in verdicts] == [0.0] * len(attacks)
-    assert [v.feedback for v, _ in verdicts[:2]] == ["timeout", "timeout"]
+    # an endless loop ends at the wall clock ("timeout") or, on an idle machine where it gets a
+    # whole core, at the CPU limit first (the worker is killed: "the program exited")
+    for v, _ in verdicts[:2]:
+        assert v.feedback == "timeout" or v.feedback.startswith("the program exited"), v.feedback
     assert canary.read_text() == "alive" and not os.path.exists(target)
     # the file is visible (read-only), and the run's own home is its writable work dir
     visible = f"assert open({str(canary)!r}).read() == 'alive'\n"

@@ -117,7 +117,11 @@ def test_axis_overrides_give_each_method_its_own_lr(grid_sweep):
         f"{m}__seed={s}": (2.0e-4 if m == "alpha" else None) for m in ("beta", "alpha") for s in range(3)
     }
     alpha = next(r for r in runs if r.run_id == "alpha__seed=0")
-    assert sw._merged_config(alpha)["model"] == {"group_size": 2, "loss_agg": "seq_mean", "lr": 2.0e-4}
+    assert sw._merged_config(alpha)["model"] == {
+        "group_size": 2,
+        "loss": {"init_args": {"loss_agg": "seq_mean"}},
+        "lr": 2.0e-4,
+    }
     assert ("--model.lr", "0.0002") in zip(sw.fit_command(sw.load_sweep(grid_sweep), alpha)[:-1],
                                           sw.fit_command(sw.load_sweep(grid_sweep), alpha)[1:])  # fmt: skip
 
