@@ -11,6 +11,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
 TINY = str(REPO / "tests" / "configs" / "tiny.yaml")
+# configs that shrink a method's own extra models to test scale, by method file stem (composed after it)
+METHOD_TEST_SCALE = {"opd": (str(REPO / "tests" / "configs" / "tiny_opd.yaml"),)}
 
 torch.set_num_threads(1)  # tiny models: threads cost more than they give on 2 cores
 

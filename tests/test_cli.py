@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import QUICKSTART, REPO, TINY
+from tests.conftest import METHOD_TEST_SCALE, QUICKSTART, REPO, TINY
 
 CONFIGS = sorted((REPO / "configs").rglob("*.yaml"))
 
@@ -125,12 +125,11 @@ def test_row_without_answer_is_one_clear_error(run_cli, tmp_path, capsys):
 
 
 METHODS = sorted((REPO / "configs" / "method").glob("*.yaml"))
-TEST_SCALE = {"opd": (str(REPO / "tests" / "configs" / "tiny_opd.yaml"),)}  # a method's own models, shrunk
 
 
 @pytest.mark.parametrize("method", METHODS, ids=lambda p: p.stem)
 def test_every_method_fits_at_test_scale(method, run_cli, tmp_path):
-    cli = run_cli("fit", configs=(QUICKSTART, str(method), TINY, *TEST_SCALE.get(method.stem, ())))
+    cli = run_cli("fit", configs=(QUICKSTART, str(method), TINY, *METHOD_TEST_SCALE.get(method.stem, ())))
     assert cli.model.rl_step == 2
     rows = [r for r in metrics_rows(tmp_path) if r.get("train/reward_mean")]
     assert len(rows) == 2

@@ -21,7 +21,7 @@ from lightning_rlvr.credit_metrics import (
     summarise,
 )
 from lightning_rlvr.tasks.addition import AdditionTask
-from tests.conftest import REPO
+from tests.conftest import METHOD_TEST_SCALE, REPO
 
 
 # ---------------------------------------------------------------------------- metrics by hand
@@ -169,7 +169,8 @@ def method_files_at_test_scale(tmp_path: Path) -> list[str]:
     for path in sorted((REPO / "configs" / "method").glob("*.yaml")):
         if path.stem == "opd":
             cfg = yaml.safe_load(path.read_text())
-            small = yaml.safe_load((REPO / "tests" / "configs" / "tiny_opd.yaml").read_text())
+            (scale,) = METHOD_TEST_SCALE["opd"]
+            small = yaml.safe_load(Path(scale).read_text())
             cfg["model"]["credit"]["init_args"].update(small["model"]["credit"]["init_args"])
             path = tmp_path / "opd.yaml"
             path.write_text(yaml.safe_dump(cfg))

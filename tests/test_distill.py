@@ -19,7 +19,7 @@ from lightning_rlvr.credit.opsd import OPSDCredit, distill_divergence, reverse_k
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.models import PolicySource, TinyPolicy
 from lightning_rlvr.objectives import group_advantages
-from tests.conftest import QUICKSTART, REPO, TINY
+from tests.conftest import METHOD_TEST_SCALE, QUICKSTART, REPO, TINY
 from tests.test_teacher_context import (
     EOS,
     MARK,
@@ -268,7 +268,7 @@ def test_opd_teacher_is_warm_started_frozen_cached_and_kept_out_of_the_checkpoin
         QUICKSTART,
         str(REPO / "configs/method/opd.yaml"),
         TINY,
-        str(REPO / "tests/configs/tiny_opd.yaml"),
+        *METHOD_TEST_SCALE["opd"],
     )
     cli = run_cli("fit", configs=configs)
     credit = cli.model.credit

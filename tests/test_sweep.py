@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lightning_rlvr import sweep as sw
-from tests.conftest import REPO, TINY
+from tests.conftest import METHOD_TEST_SCALE, REPO, TINY
 
 SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
 
@@ -355,6 +355,7 @@ def test_every_sweep_file_starts_each_of_its_runs(sweep_file, run_cli, monkeypat
         configs = run.configs
         base = len(sweep.configs)
         configs = (*configs[:base], TINY, *configs[base:])
+        configs += tuple(c for f in configs for c in METHOD_TEST_SCALE.get(Path(f).stem, ()))  # OPD's teacher
         args = sw._override_args(run.overrides) + ["--data.val_size=4", "--trainer.fast_dev_run=true"]
         cli = run_cli("fit", *args, configs=configs, root=tmp_path / run.run_id)
         assert cli.model.rl_step == 1, run.run_id
