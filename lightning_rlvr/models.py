@@ -55,6 +55,30 @@ class PolicySource:
         return {"class": type(self).__name__, **vars(self)}
 
 
+def small_llama(shape: Any, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
+    """A Llama-style model built in code for ``tokenizer``, seeded apart from training.
+
+    ``shape`` carries ``layers``, ``hidden``, ``heads``, ``intermediate``, ``max_positions`` and
+    ``seed`` (a ``TinyPolicy`` or an environment's ``TextPolicy``); embeddings are tied.
+    """
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.heads,
+        max_position_embeddings=shape.max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(shape.seed)
+        return LlamaForCausalLM(config)
+
+
 class TinyPolicy(PolicySource):
     """A Llama-style model built in code (~0.53M parameters at the defaults), with the tiny tokenizer.
 
@@ -85,23 +109,7 @@ class TinyPolicy(PolicySource):
 
     def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         tokenizer = build_tiny_tokenizer()
-        config = LlamaConfig(
-            vocab_size=len(TINY_VOCAB),
-            hidden_size=self.hidden,
-            intermediate_size=self.intermediate,
-            num_hidden_layers=self.layers,
-            num_attention_heads=self.heads,
-            num_key_value_heads=self.heads,
-            max_position_embeddings=self.max_positions,
-            tie_word_embeddings=True,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            model = LlamaForCausalLM(config)
-        return model, tokenizer
+        return small_llama(self, tokenizer), tokenizer
 
 
 class PretrainedPolicy(PolicySource):

@@ -22,12 +22,11 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from lightning_rlvr.envs.base import Environment
-from lightning_rlvr.models import SPECIAL_TOKENS, PolicySource
+from lightning_rlvr.models import SPECIAL_TOKENS, PolicySource, small_llama
 
 PIECE = r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]|\n| "  # a word, a digit, a symbol (each with its space)
 _PIECE = re.compile(PIECE)
@@ -113,23 +112,7 @@ class TextPolicy(PolicySource):
 
     def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
         tokenizer = tokenizer_for(self.env, self.max_vocab, self.vocab_games)
-        config = LlamaConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=self.hidden,
-            intermediate_size=self.intermediate,
-            num_hidden_layers=self.layers,
-            num_attention_heads=self.heads,
-            num_key_value_heads=self.heads,
-            max_position_embeddings=self.max_positions,
-            tie_word_embeddings=True,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            model = LlamaForCausalLM(config)
-        return model, tokenizer
+        return small_llama(self, tokenizer), tokenizer
 
     def cache_key(self) -> dict[str, Any]:
         env = {k: v for k, v in vars(self.env).items() if not k.startswith("_")}
