@@ -58,6 +58,11 @@ class Rollout:
         return self.completion_mask.sum(-1)
 
     @property
+    def loss_mask(self) -> Tensor:  # [N, T]
+        """1 where loss and credit apply: the policy's own tokens (every completion token when single-turn)."""
+        return self.completion_mask if self.policy_mask is None else self.policy_mask * self.completion_mask
+
+    @property
     def input_ids(self) -> Tensor:  # [N, P + T]
         return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
 
