@@ -8,7 +8,8 @@ grid of runs; each run is two ``lightning-rlvr`` subprocesses:
    copied to ``<out>/<run_id>/test_metrics.json``.
 
 Only after both succeed is ``<out>/<run_id>/DONE`` written, so an interrupted
-sweep resumes where it stopped: finished runs are skipped, a run whose fit
+sweep resumes where it stopped: finished runs are skipped (also on another machine:
+``sweep_archive`` keeps each finished run's small files next to the report), a run whose fit
 finished but whose test did not only reruns the test, anything else restarts
 from an empty run directory (its seed makes the rerun identical). Each run records
 its configs and overrides in ``spec.json``; a run finished under other ones than the
@@ -45,6 +46,7 @@ from typing import Any
 
 import yaml
 
+from lightning_rlvr.sweep_archive import archive_run, restore_runs
 from lightning_rlvr.sweep_report import write_report
 from lightning_rlvr.sweep_spec import (  # noqa: F401 - re-exported: the sweep API in one place
     CONFIG_AXIS,
@@ -275,6 +277,7 @@ def execute_run(
     fit_s = json.loads((d / FIT_DONE).read_text()).get("fit_s")
     done = {"fit_s": fit_s, "test_s": round(time.time() - t1, 1), "seed": run.seed, "cell": dict(run.cell)}
     (d / DONE).write_text(json.dumps(done, indent=1))
+    archive_run(sweep, run)  # the report's inputs, kept next to the report so another machine resumes
     return {**status, "ok": True, **done}
 
 
@@ -452,6 +455,9 @@ def main(argv: list[str] | None = None, runner: CommandRunner = subprocess_runne
         return 2
     runs = [r for r in all_runs if re.search(args.only, r.run_id)] if args.only else all_runs
     jobs = args.jobs or sweep.jobs
+    restored = restore_runs(sweep, runs)  # runs finished elsewhere, committed with the report
+    if restored:
+        log.info("%d finished runs restored from %s", len(restored), sweep.report_dir / "runs")
     if args.dry_run:  # what a real invocation would run now: finished runs are left out
         env, todo = run_env(sweep, jobs), pending(sweep, runs)
         if len(todo) < len(runs):

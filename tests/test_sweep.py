@@ -6,6 +6,7 @@ import csv
 import itertools
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -272,6 +273,43 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, monkey
         rows = list(csv.DictReader(f))
     assert sorted(r["run_id"] for r in rows) == ["one__seed=0", "one__seed=1", "two__seed=0", "two__seed=1"]
     assert {r["test/pass@1"] for r in rows} == {"0.5"}
+
+
+@pytest.mark.parametrize("report_dir", ["report", None])  # a report directory of its own, or ``out``
+def test_a_sweep_resumes_on_a_fresh_machine_from_the_runs_archived_with_its_report(
+    tmp_path, monkeypatch, report_dir
+):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    write(tmp_path / "m" / "two.yaml", "model: {lr: 2.0e-4}\n")
+    text = "out: out\ngrid:\n  config: [m/one.yaml, m/two.yaml]\n  seed_everything: [0, 1]\n"
+    path = write(tmp_path / "s.yaml", text + (f"report_dir: {report_dir}\n" if report_dir else ""))
+    with pytest.raises(KeyboardInterrupt):  # killed in its third run
+        sw.main([str(path), "--jobs", "1"], runner=FakeLightning(kill_at="one__seed=1"))
+    report = tmp_path / (report_dir or "out")
+    archived = sorted(p.parent.name for p in (report / "runs").glob("*/DONE"))
+    assert archived == ["one__seed=0", "two__seed=0"]
+    kept = sorted(str(p.relative_to(report / "runs" / "one__seed=0")) for p in report.glob("runs/one*/**/*"))
+    assert "checkpoints" not in " ".join(kept) and "logs/fit/metrics.csv" in kept
+    if report_dir:  # a fresh clone: the run directories are gone, the committed report is not
+        shutil.rmtree(tmp_path / "out")
+    else:  # the unfinished run's directory survives; only the finished ones' large files are lost
+        for run in ("one__seed=0", "two__seed=0"):
+            shutil.rmtree(tmp_path / "out" / run)
+    again = FakeLightning()
+    assert sw.main([str(path), "--jobs", "1"], runner=again) == 0
+    assert [c for c in again.calls if c[1] != "_warmup"] == [
+        ("fit", "one__seed=1"), ("test", "one__seed=1"), ("fit", "two__seed=1"), ("test", "two__seed=1"),
+    ]  # fmt: skip
+    with open(report / "results.csv") as f:
+        rows = {r["run_id"]: r for r in csv.DictReader(f)}
+    assert sorted(rows) == ["one__seed=0", "one__seed=1", "two__seed=0", "two__seed=1"]
+    assert rows["one__seed=0"]["test/pass@1"] == rows["one__seed=1"]["test/pass@1"] == "0.5"
+    shutil.rmtree(tmp_path / "out")
+    write(path, path.read_text() + "overrides: {trainer.max_steps: 7}\n")  # archived under another spec:
+    third = FakeLightning()  # every run is run again
+    assert sw.main([str(path), "--jobs", "1"], runner=third) == 0
+    assert len([c for c in third.calls if c[0] == "fit"]) == 4
 
 
 def test_a_run_done_with_another_lr_is_run_again_and_the_others_are_kept(grid_sweep):

@@ -1,0 +1,68 @@
+"""A sweep's finished runs, kept small next to its report so a sweep resumes on another machine.
+
+A run directory under ``out`` (ignored by git) holds checkpoints and logs, tens of MB a run.
+What the report reads is much smaller: the run's ``spec.json``, its ``fit.done`` and ``DONE``
+markers, ``test_metrics.json`` and the fit's ``metrics.csv`` files. ``archive_run`` copies exactly
+those into ``<report_dir>/runs/<run_id>/`` once a run is done; committed with the report, they let
+a sweep interrupted by the end of a session continue on a fresh clone: ``restore_runs`` copies an
+archived run back into an empty run directory before the sweep decides what is left to run, so it
+counts as done (its recorded spec still has to match the sweep file's, as for any finished run).
+
+What is lost is what needs the checkpoint: a restored run cannot be re-tested or scored by the
+credit lab. Its report row keeps the metrics recorded when it ran.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from lightning_rlvr.sweep_spec import DONE, FIT_DONE, SPEC, TEST_METRICS, Run, Sweep, run_dir
+
+ARCHIVE = "runs"  # under the sweep's report_dir
+MARKERS = (SPEC, FIT_DONE, TEST_METRICS)  # DONE is copied last: a half-copied run is not done
+
+
+def archive_dir(sweep: Sweep, run: Run) -> Path:
+    return sweep.report_dir / ARCHIVE / run.run_id
+
+
+def _kept_files(directory: Path) -> list[Path]:
+    """The files of a run directory the report reads, relative to it (``DONE`` last)."""
+    files = [Path(name) for name in MARKERS if (directory / name).is_file()]
+    files += sorted(p.relative_to(directory) for p in (directory / "logs" / "fit").rglob("metrics.csv"))
+    return files + ([Path(DONE)] if (directory / DONE).is_file() else [])
+
+
+def _copy(src: Path, dst: Path, files: Iterable[Path]) -> None:
+    for rel in files:
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, dst / rel)
+
+
+def archive_run(sweep: Sweep, run: Run) -> Path:
+    """Copy a done run's report files to ``<report_dir>/runs/<run_id>/`` (replacing an older copy)."""
+    src, dst = run_dir(sweep, run), archive_dir(sweep, run)
+    if dst.exists():
+        shutil.rmtree(dst)
+    _copy(src, dst, _kept_files(src))
+    return dst
+
+
+def restore_runs(sweep: Sweep, runs: Iterable[Run]) -> list[str]:
+    """Copy archived runs into run directories that lack a finished run; returns their ids.
+
+    A run directory that already holds a finished run (``DONE``) is left alone; one holding an
+    unfinished fit is replaced by the archived, finished run.
+    """
+    restored = []
+    for run in runs:
+        src, dst = archive_dir(sweep, run), run_dir(sweep, run)
+        if not (src / DONE).is_file() or (dst / DONE).is_file():
+            continue
+        if dst.exists():
+            shutil.rmtree(dst)
+        _copy(src, dst, _kept_files(src))
+        restored.append(run.run_id)
+    return restored
