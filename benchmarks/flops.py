@@ -146,7 +146,6 @@ def matmul_peak(
     return best, where
 
 
-def rate_line(label: str, flops: float, seconds: float, peak: float) -> str:
-    """``"update: 61.0 GFLOP/s = 0.45 of matmul peak 135.0 GFLOP/s"``."""
-    rate = flops / seconds if seconds > 0 else float("nan")
+def rate_line(label: str, rate: float, peak: float) -> str:
+    """``"update: 61.00 GFLOP/s = 0.45 of matmul peak 135.0 GFLOP/s"`` (rates in FLOP/s)."""
     return f"{label}: {rate / 1e9:.2f} GFLOP/s = {rate / peak:.2f} of matmul peak {peak / 1e9:.1f} GFLOP/s"
