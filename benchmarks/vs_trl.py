@@ -323,7 +323,8 @@ def main() -> None:
         per_round_lines.append(
             f"- `{ENGINES[engine]}` / TRL: "
             + ", ".join(common.fmt(r, 2) for r in per_round)
-            + f"; median {common.fmt(common.median(per_round), 2)}"
+            + f"; median {common.fmt(common.median(per_round), 2)}; by phase (medians): generation "
+            f"{common.fmt(o_gen / t_gen, 2)}x, rest {common.fmt(o_rest / t_rest, 2)}x"
         )
         target = TARGETS[engine]
         verdicts.append(
@@ -371,7 +372,7 @@ def main() -> None:
                 rows,
             ),
             "",
-            "Per-round ratio of median step times:",
+            "Per-round ratio of median step times (ours / TRL), and the two phases' ratio:",
             *per_round_lines,
             "",
             f"Matmul peak on this machine, {torch.get_num_threads()} thread(s), best `torch.matmul` over the "
