@@ -193,6 +193,9 @@ def build_cli(
 class StepRecorder(Callback):
     """Per training step: wall time, the module's logged split (``time/*``, ``perf/*``) and peak RSS.
 
+    With a ``flops.FlopMeter`` on the module, each record also holds the step's
+    generation and update FLOPs (``gen_flops``, ``update_flops``) and token counts.
+
     Wall time runs from ``on_train_batch_start`` to ``on_train_batch_end`` (the
     module's whole ``training_step`` plus Lightning's logging around it; the
     batch of prompts is fetched before). The RSS high-water mark is reset at the
@@ -208,12 +211,15 @@ class StepRecorder(Callback):
         "train/completion_len",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, meter=None) -> None:
+        self.meter = meter  # flops.FlopMeter or None
         self.steps: list[dict[str, float]] = []
         self._t = 0.0
         self._rss0 = 0.0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.meter is not None:
+            self.meter.take()  # drop anything counted outside a step
         reset_peak_rss()
         self._rss0 = rss_mb()
         self._t = time.perf_counter()
@@ -222,6 +228,8 @@ class StepRecorder(Callback):
         wall = time.perf_counter() - self._t
         row = {k: float(trainer.callback_metrics[k]) for k in self.KEYS if k in trainer.callback_metrics}
         row.update(step_s=wall, peak_rss_mb=peak_rss_mb(), rss_before_mb=self._rss0)
+        if self.meter is not None:
+            row.update(self.meter.take())
         self.steps.append(row)
 
 

@@ -12,11 +12,13 @@ Every runner is seeded alike each round, so all three sample the same tokens
 near-tie). Rounds rotate the order; the first ``--warmup`` are dropped; medians and
 per-round ratios to the bare ``generate`` of the same round are reported.
 
-Model FLOP/s counts 2 x parameters per completion token (up to and including
-EOS) over the rollout's wall time: the arithmetic the useful tokens need, not the
-work the loop actually did on finished rows. It is set against this machine's
-measured single-thread matmul peak on the model's own decode shapes
-(``[N, d] @ [d, k]`` for the layer widths), best of several repeats.
+Model FLOP/s (``benchmarks/flops.py``) counts ``2 W + 4 L A c`` per completion
+token (up to and including EOS) that sees ``c`` keys (W: weights of every Linear,
+L layers, A = heads x head dim), over the rollout's wall time: the arithmetic the
+useful tokens need, not the work the loop actually did on finished rows. It is
+set against this machine's measured matmul peak on the same thread count and the
+model's own decode shapes (``[N, in] @ [in, out]`` for its Linears), best of
+several tries.
 
     python benchmarks/rollout_engines.py                                  # ~1 min on an idle machine
     python benchmarks/rollout_engines.py --rounds 3 --batch_size 2 --out /tmp/bench_smoke
@@ -29,30 +31,13 @@ import argparse
 import time
 
 import common
+import flops
 import torch
 
 
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-
-
-def matmul_peak(model, rows: int, device: str, repeats: int = 5, inner: int = 50) -> tuple[float, str]:
-    """Best FLOP/s of ``F.linear`` on [rows, in] x [out, in] for every Linear shape of the model."""
-    shapes = sorted({tuple(m.weight.shape) for m in model.modules() if isinstance(m, torch.nn.Linear)})
-    best, where = 0.0, ""
-    for out_f, in_f in shapes:
-        x, w = torch.randn(rows, in_f, device=device), torch.randn(out_f, in_f, device=device)
-        for _ in range(repeats):
-            sync(device)
-            t = time.perf_counter()
-            for _ in range(inner):
-                torch.nn.functional.linear(x, w)
-            sync(device)
-            rate = 2 * rows * in_f * out_f * inner / (time.perf_counter() - t)
-            if rate > best:
-                best, where = rate, f"[{rows}, {in_f}] x [{in_f}, {out_f}]"
-    return best, where
 
 
 def main() -> None:
@@ -88,6 +73,7 @@ def main() -> None:
     module.model.to(args.device)
     model, tok = module.model, module.tokenizer
     params = sum(p.numel() for p in model.parameters())
+    count = flops.FlopModel.of(model)
     problems = [module.task.train_problem(i) for i in range(args.batch_size)]
     ids, mask = (
         t.repeat_interleave(args.group_size, 0).to(args.device) for t in encode_prompts(tok, problems)
@@ -105,7 +91,7 @@ def main() -> None:
     last: dict[str, torch.Tensor] = {}
 
     def engine_runner(name: str):
-        def run() -> tuple[float, int]:
+        def run() -> tuple[float, int, float]:
             module.engine = engines[name]
             torch.manual_seed(seed[0])
             sync(args.device)
@@ -114,12 +100,13 @@ def main() -> None:
             sync(args.device)
             dt = time.perf_counter() - t
             last[name] = rollout.completion_ids
-            return dt, int(rollout.lengths.sum())
+            work = count.generation(rollout.prompt_mask.sum(-1), rollout.lengths)
+            return dt, int(rollout.lengths.sum()), work
 
         return run
 
     @torch.no_grad()
-    def bare() -> tuple[float, int]:
+    def bare() -> tuple[float, int, float]:
         torch.manual_seed(seed[0])
         model.eval()
         sync(args.device)
@@ -142,7 +129,8 @@ def main() -> None:
         is_eos = comp == tok.eos_token_id
         after = (is_eos.cumsum(-1) - is_eos.long()) > 0  # strictly after the first EOS
         last["bare"] = comp.masked_fill(after, tok.pad_token_id)
-        return dt, int((~after).sum())
+        lengths = (~after).sum(-1)  # [N]
+        return dt, int(lengths.sum()), count.generation(mask.sum(-1), lengths)
 
     names = {
         "bare": "bare `model.generate`",
@@ -151,7 +139,7 @@ def main() -> None:
         "vllm": "`VLLMEngine` rollout",
     }
     runners = {"bare": bare, **{k: engine_runner(k) for k in engines}}
-    results: dict[str, list[tuple[float, int]]] = {k: [] for k in runners}
+    results: dict[str, list[tuple[float, int, float]]] = {k: [] for k in runners}
     same: dict[str, list[bool]] = {k: [] for k in engines}
     order = list(runners)
     for r in range(args.rounds):
@@ -163,24 +151,25 @@ def main() -> None:
             same[name].append(a.shape == b.shape and bool((a == b).all()))
         seed[0] += 1
         print(f"round {r + 1}/{args.rounds} (load {common.load_average()})", flush=True)
-    peak, peak_shape = matmul_peak(model, args.batch_size * args.group_size, args.device)
+    peak, peak_shape = flops.matmul_peak(count.shapes, args.batch_size * args.group_size, args.device)
 
     kept = slice(args.warmup, None)
-    bare_tps = [n / t for t, n in results["bare"][kept]]
-    rows, ratios = [], {}
+    bare_tps = [n / t for t, n, _ in results["bare"][kept]]
+    rows, ratios, rate_lines = [], {}, []
     for name in runners:
-        secs = [t for t, _ in results[name][kept]]
-        tps = [n / t for t, n in results[name][kept]]
+        secs = [t for t, _, _ in results[name][kept]]
+        tps = [n / t for t, n, _ in results[name][kept]]
         ratios[name] = [a / b for a, b in zip(tps, bare_tps)]
-        flops = common.median(tps) * 2 * params
+        rate = common.median([w / t for t, _, w in results[name][kept]])
+        rate_lines.append(f"- {flops.rate_line(names[name], rate, peak)}")
         rows.append(
             [
                 names[name],
                 common.fmt(common.median(secs)),
                 common.fmt(common.median(tps), 0),
                 common.fmt(common.median(ratios[name]), 2),
-                common.fmt(flops / 1e9, 2),
-                f"{100 * flops / peak:.0f}%",
+                common.fmt(rate / 1e9, 2),
+                f"{rate / peak:.2f}",
                 "-" if name == "bare" else f"{sum(same[name])}/{len(same[name])}",
             ]
         )
@@ -209,8 +198,12 @@ def main() -> None:
             ),
             "",
             f"Matmul peak on this machine, {threads}: {peak / 1e9:.1f} GFLOP/s "
-            f"(best `F.linear` over the model's decode shapes, at {peak_shape}). Model FLOP/s = "
-            "2 x parameters x completion tokens / rollout seconds.",
+            f"(best `torch.matmul` over the model's Linear shapes with the batch's rows, at {peak_shape}). "
+            "Model FLOP/s = (2 W + 4 L A c) per completion token that sees c keys / rollout seconds; "
+            "W = weights of every Linear (LM head included), L layers, A = heads x head dim "
+            "(`benchmarks/flops.py`).",
+            "",
+            *rate_lines,
             "",
             "Per-round ratios to bare `generate` (tokens/s):",
             *(f"- {names[n]}: " + ", ".join(common.fmt(x, 2) for x in ratios[n]) for n in engines),

@@ -15,7 +15,8 @@ end), the module's own split (``time/rollout_s``, ``time/score_s``,
 high-water mark during the step (``/proc/self/status`` VmHWM, reset before the
 step through ``/proc/self/clear_refs``; all methods live in one process, so
 the peak includes the other methods' modules: the step's own growth over its
-starting RSS is shown too).
+starting RSS is shown too), and the model FLOP/s of generation and update
+(``benchmarks/flops.py``) against this machine's matmul peak on the model's shapes.
 
     python benchmarks/step_time.py                                   # all methods, ~3 min
     python benchmarks/step_time.py --methods grpo dapo --rounds 2 --steps 1 --warmup 1 \\
@@ -28,6 +29,8 @@ import argparse
 import time
 
 import common
+import flops
+import torch
 
 
 def main() -> None:
@@ -58,11 +61,26 @@ def main() -> None:
     clis, recorders = {}, {}
     for m in methods:
         clis[m] = common.build_cli(m, args.extra_config)
-        recorders[m] = common.StepRecorder()
+        recorders[m] = common.StepRecorder(flops.FlopMeter(clis[m].model))
         print(f"built {m}: {type(clis[m].model.credit).__name__}")
 
     runners = {m: (lambda m=m: common.fit_steps(clis[m], recorders[m], args.steps)) for m in methods}
     results = common.interleave(runners, args.rounds)
+
+    # the machine's matmul peak on the model's shapes: decode rows (generation) and token rows (update)
+    from lightning_rlvr.rollout import encode_prompts
+
+    grpo, dm = clis["grpo"].model, clis["grpo"].datamodule
+    rows_gen = dm.batch_size * grpo.group_size
+    problems = [grpo.task.train_problem(i) for i in range(dm.batch_size)]
+    width = encode_prompts(grpo.tokenizer, problems)[0].shape[1] + grpo.max_new_tokens
+    shapes = flops.FlopModel.of(grpo.model).shapes
+    peak_gen, shape_gen = flops.matmul_peak(shapes, rows_gen)
+    peak_upd, shape_upd = flops.matmul_peak(shapes, min(grpo.micro_batch_size, rows_gen) * width)
+
+    def gflops(steps: list[dict], work: str, secs: str, peak: float) -> str:
+        rate = common.median([s[work] / s[secs] for s in steps if s.get(secs, 0) > 0])
+        return f"{rate / 1e9:.2f} ({rate / peak:.2f})"
 
     rows, base = [], None
     for m in methods:
@@ -87,6 +105,8 @@ def main() -> None:
                 common.fmt(med["step_s"] - parts),
                 common.fmt(med["train/completion_len"], 1),
                 common.fmt(med["perf/tokens_per_s"], 0),
+                gflops(steps, "gen_flops", "time/rollout_s", peak_gen),
+                gflops(steps, "update_flops", "time/update_s", peak_upd),
                 common.fmt(med["peak_rss_mb"], 0),
                 common.fmt(grow, 0),
             ]
@@ -95,7 +115,8 @@ def main() -> None:
         row[4] = common.fmt(float(row[3]) / base, 2)
     headers = [
         "method", "B x G", "steps", "step s", "x GRPO", "rollout s", "score s", "credit s", "update s",
-        "other s", "completion len", "rollout tok/s", "peak RSS MB", "step RSS growth MB",
+        "other s", "completion len", "rollout tok/s", "generation GFLOP/s", "update GFLOP/s", "peak RSS MB",
+        "step RSS growth MB",
     ]  # fmt: skip
     body = "\n".join(
         [
@@ -108,6 +129,15 @@ def main() -> None:
             "`step RSS growth MB` is that peak minus the RSS at the step's start.",
             "",
             common.md_table(headers, rows),
+            "",
+            "Model GFLOP/s (in brackets: share of the matmul peak): generation counts 2 W + 4 L A c per "
+            "generated token that sees c keys, over `rollout s` (every rollout of the step, DAPO's extra "
+            "rounds included); update counts 6 W + 12 L A i per trained token at causal position i (real "
+            "prompt + completion tokens, x `ppo_epochs`), over `update s`; W = weights of every Linear (LM "
+            "head included), L layers, A = heads x head dim (`benchmarks/flops.py`). Credit and scoring "
+            f"passes are not counted. Matmul peak, {torch.get_num_threads()} thread(s), best `torch.matmul` "
+            f"over the model's Linear shapes: {peak_gen / 1e9:.1f} GFLOP/s with the decode batch's rows "
+            f"(at {shape_gen}), {peak_upd / 1e9:.1f} GFLOP/s with the update's token rows (at {shape_upd}).",
         ]
     )
     common.write_result(
