@@ -142,3 +142,49 @@ def test_continuation_logprobs_match_sequence_logprobs(model_and_vocab):
     for a, b in zip(got, ref):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     assert fast.forward_tokens < slow.forward_tokens
+
+
+@pytest.mark.parametrize("last_value_is_reward", [True, False])
+def test_rredcot_values_are_those_of_whole_sequences(model_and_vocab, last_value_is_reward):
+    """RREDCoT's values V(s_k) for every cut, with each chain run once vs every query run whole."""
+    from dataclasses import replace
+
+    from lightning_rlvr.credit.rredcot import RREDCoTCredit
+    from lightning_rlvr.tasks.base import Problem
+
+    model, V, pad, eos = model_and_vocab
+    _, tokenizer = TinyPolicy(**SHAPE).load()
+    enc = lambda t: tokenizer(t, add_special_tokens=False)["input_ids"]  # noqa: E731
+    g = torch.Generator().manual_seed(6)
+    digits = enc("0123456789+")
+    semi = enc(";")
+    completions = []
+    for _ in range(8):  # random digit chains with 0-5 ";" boundaries, then EOS
+        toks = [
+            digits[int(i)]
+            for i in torch.randint(len(digits), (int(torch.randint(4, 14, (1,), generator=g)),), generator=g)
+        ]
+        for pos in torch.randint(
+            1, len(toks), (int(torch.randint(0, 6, (1,), generator=g)),), generator=g
+        ).tolist():
+            toks[pos] = semi[0]
+        completions.append(toks + [eos])
+    rollout = rollout_from_ids(
+        [enc("12+34"), enc("5+678")], completions, pad=pad, eos=eos, group_size=4,
+        rewards=[1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0],
+    )  # fmt: skip
+    rollout = replace(
+        rollout, problems=[Problem(prompt="12+34", answer="46"), Problem(prompt="5+678", answer="683")]
+    )
+    credit = RREDCoTCredit(num_segments=3, boundary_texts=[";"], keywords=[], answer_cue=" answer:")
+    credit.last_value_is_reward = last_value_is_reward
+    out = {}
+    for flag in (True, False):
+        scorer = Scorer(model, rollout, tokenizer, micro_batch_size=5)
+        scorer.prefix_cache = flag
+        out[flag] = (credit.redistribute(rollout, scorer), scorer.forward_tokens)
+    (fast, fast_tokens), (slow, slow_tokens) = out[True], out[False]
+    assert fast.active.any() and (fast.num_segments > 1).any()  # real cuts were valued
+    torch.testing.assert_close(fast.values, slow.values, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(fast.weights, slow.weights, rtol=1e-4, atol=1e-5)
+    assert fast_tokens < slow_tokens
