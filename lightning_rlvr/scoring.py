@@ -14,7 +14,16 @@ everything it returns comes from the weights that generated the rollout.
   the teacher for its loss stores [N, T, k] instead of [N, T, V]
   (about 30 GB at V = 150k, T = 1,024, N = 48).
 * ``sequence_logprobs(sequences, n_targets)`` -- log-probs of the last tokens
-  of arbitrary sequences (e.g. a reference answer after a partial chain).
+  of arbitrary sequences (e.g. a reference answer after a partial chain);
+  ``continuation_logprobs`` the same for sequences given as a shared prefix cut
+  anywhere plus a suffix, each prefix run once.
+
+``compare`` and ``continuation_logprobs`` run each distinct prefix (teacher
+context, prompt, chain) once per micro-batch and only the suffixes after it,
+from its KV cache (``lightning_rlvr/prefix_scoring.py``), on a single rank with a
+model that keeps one; ``compare`` then scores the student only on the rows it
+views. Otherwise (several ranks, test doubles) they run whole sequences, the
+reference the fast path is tested against.
 * ``continue_and_verify(rows, cuts, n)`` -- ``n`` continuations of each row's
   completion cut after ``cuts[k]`` tokens, sampled from the same policy and
   verified by the task (Monte-Carlo values). Only when the module passed a
@@ -361,11 +370,11 @@ class Scorer:
         if fast:  # each distinct context runs once per micro-batch (prefix_scoring.py)
             ctx_index: dict[tuple, int] = {}
             ctx_of = [ctx_index.setdefault(tuple(c.tolist()), len(ctx_index)) for c in contexts]
-            distinct_ctx = [contexts[ctx_of.index(k)] for k in range(len(ctx_index))]
+            first = {k: v for v, k in reversed(list(enumerate(ctx_of)))}  # context -> its first view
+            distinct_ctx = [contexts[first[k]] for k in range(len(ctx_index))]
             chunks = list(torch.arange(len(rows)).split(self.micro_batch_size))
         else:
-            if not fast_student:
-                self._prepare_student(bool(rows))
+            self._prepare_student(bool(rows))
             chunks = self._chunks(len(rows))
         for chunk in chunks:
             if not len(chunk):
