@@ -14,7 +14,16 @@ everything it returns comes from the weights that generated the rollout.
   the teacher for its loss stores [N, T, k] instead of [N, T, V]
   (about 30 GB at V = 150k, T = 1,024, N = 48).
 * ``sequence_logprobs(sequences, n_targets)`` -- log-probs of the last tokens
-  of arbitrary sequences (e.g. a reference answer after a partial chain).
+  of arbitrary sequences (e.g. a reference answer after a partial chain);
+  ``continuation_logprobs`` the same for sequences given as a shared prefix cut
+  anywhere plus a suffix, each prefix run once.
+
+``compare`` and ``continuation_logprobs`` run each distinct prefix (teacher
+context, prompt, chain) once per micro-batch and only the suffixes after it,
+from its KV cache (``lightning_rlvr/prefix_scoring.py``), on a single rank with a
+model that keeps one; ``compare`` then scores the student only on the rows it
+views. Otherwise (several ranks, test doubles) they run whole sequences, the
+reference the fast path is tested against.
 * ``continue_and_verify(rows, cuts, n)`` -- ``n`` continuations of each row's
   completion cut after ``cuts[k]`` tokens, sampled from the same policy and
   verified by the task (Monte-Carlo values). Only when the module passed a
@@ -40,6 +49,7 @@ from torch import Tensor
 
 from lightning_rlvr.distributed import max_over_ranks, world_size
 from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.prefix_scoring import suffix_logits, supports_prefix_cache
 from lightning_rlvr.rollout import Rollout, position_ids
 
 if TYPE_CHECKING:
@@ -263,6 +273,68 @@ class Scorer:
         if self._student_logp is None:
             self._idle_forward()
 
+    # ------------------------------------------------------------------ shared prefixes
+    prefix_cache: bool | None = None  # None: when the model keeps a KV cache and one rank runs
+
+    def _uses_prefix_cache(self, model) -> bool:
+        """Whether shared prefixes run once (``prefix_scoring.py``): a KV-cache model on a single rank.
+
+        Under several ranks every rank must run the same forwards (FSDP collectives), which the
+        whole-sequence path guarantees with its padded micro-batch counts.
+        """
+        if self.prefix_cache is not None:
+            return self.prefix_cache and world_size() == 1
+        return world_size() == 1 and supports_prefix_cache(model)
+
+    def _fast_student(self) -> bool:
+        """Whether ``compare`` scores the student itself, only the rows it needs (no policy pass yet)."""
+        return self._student_logp is None and self._pass is None and self._uses_prefix_cache(self.model)
+
+    def _student_prefix(self, rows: Tensor, ends: Tensor) -> Tensor:
+        """Student log-probs [m, E, V] of completion tokens t < ends[j] of ``rows[j]`` (E = max end).
+
+        Each distinct prompt runs once and identical (prompt, completion) rows once
+        (``prefix_scoring.py``); nothing is cached for later calls.
+        """
+        r = self.rollout
+        index: dict[tuple, int] = {}
+        prompts: list[Tensor] = []
+        items = []
+        for i, e in zip(rows.tolist(), ends.tolist()):
+            p = r.prompt_tokens(i)
+            k = index.setdefault(tuple(p.tolist()), len(index))
+            if k == len(prompts):
+                prompts.append(p)
+            items.append((k, len(p), r.completion_ids[i, :e]))
+        logits, tokens = suffix_logits(self.model, prompts, items, r.pad_id)  # [m, E, V]
+        self.forward_tokens += tokens
+        return F.log_softmax(logits.float(), dim=-1)
+
+    @_scoring
+    def continuation_logprobs(
+        self, prefixes: list[Tensor], items: list[tuple[int, int, Tensor]], n_targets: list[int]
+    ) -> list[Tensor]:
+        """``sequence_logprobs`` of the sequences ``prefixes[p][:k] + suffix`` for items ``(p, k, suffix)``.
+
+        The log-probs of the last ``n_targets[i]`` tokens of each suffix (at most its length).
+        Each prefix runs once per micro-batch however many items continue it, at any cut
+        ``k >= 1`` (``prefix_scoring.py``); whole sequences through ``sequence_logprobs`` when
+        the model keeps no KV cache or several ranks run.
+        """
+        if any(n > len(s) or k < 1 for (_, k, s), n in zip(items, n_targets)) or not self._uses_prefix_cache(
+            self.model
+        ):
+            return self.sequence_logprobs([torch.cat([prefixes[p][:k], s]) for p, k, s in items], n_targets)
+        results: list[Tensor] = []
+        for chunk in torch.arange(len(items)).split(self.micro_batch_size):
+            part = [items[i] for i in chunk.tolist()]
+            logits, tokens = suffix_logits(self.model, prefixes, part, self.rollout.pad_id)  # [m, S, V]
+            self.forward_tokens += tokens
+            for j, (_, _, s) in enumerate(part):
+                n = n_targets[int(chunk[j])]
+                results.append(token_logprobs(logits[j, len(s) - n : len(s)], s[len(s) - n :]))
+        return results
+
     # ------------------------------------------------------------------ other contexts
     @_scoring
     def compare(
@@ -293,32 +365,56 @@ class Scorer:
         spans = spans or [(0, lengths[row]) for row in rows]
         out: Tensor | None = None
         top: TopK | None = None  # [N, T, k] when teacher_top_k is set
-        self._prepare_student(bool(rows))
-        for chunk in self._chunks(len(rows)):
+        fast = bool(rows) and self._uses_prefix_cache(self.model) and all(len(c) for c in contexts)
+        fast_student = fast and self._fast_student()
+        if fast:  # each distinct context runs once per micro-batch (prefix_scoring.py)
+            ctx_index: dict[tuple, int] = {}
+            ctx_of = [ctx_index.setdefault(tuple(c.tolist()), len(ctx_index)) for c in contexts]
+            first = {k: v for v, k in reversed(list(enumerate(ctx_of)))}  # context -> its first view
+            distinct_ctx = [contexts[first[k]] for k in range(len(ctx_index))]
+            chunks = list(torch.arange(len(rows)).split(self.micro_batch_size))
+        else:
+            self._prepare_student(bool(rows))
+            chunks = self._chunks(len(rows))
+        for chunk in chunks:
             if not len(chunk):
                 self._idle_forward()  # the teacher's forward ...
                 self._idle_student()  # ... and the student's, as ranks with views run them
                 continue
             views = chunk.tolist()
-            seqs = [torch.cat([contexts[v], r.completion_ids[rows[v], : spans[v][1]]]) for v in views]
-            ids, mask = left_pad(seqs, r.pad_id)
-            L = ids.shape[1]
-            logits = causal_lm_forward(self.model, ids, mask).logits  # [m, L, V]
-            self.forward_tokens += int(mask.sum())
+            device = r.completion_ids.device
             S = max(spans[v][1] - spans[v][0] for v in views)
-            # teacher column of completion token t in view v: L - end_v + t - 1
-            t_idx = torch.zeros(len(views), S, dtype=torch.long, device=ids.device)
+            t_idx = torch.zeros(len(views), S, dtype=torch.long, device=device)  # [m, S] completion positions
             for j, v in enumerate(views):
                 start, end = spans[v]
-                t_idx[j, : end - start] = torch.arange(start, end, device=ids.device)
-            view_rows = torch.tensor([rows[v] for v in views], device=ids.device)
-            ends = torch.tensor([spans[v][1] for v in views], device=ids.device)
-            cols = (L - ends[:, None] + t_idx - 1).clamp(min=0)  # [m, S]
+                t_idx[j, : end - start] = torch.arange(start, end, device=device)
+            view_rows = torch.tensor([rows[v] for v in views], device=device)
+            ends = torch.tensor([spans[v][1] for v in views], device=device)
+            if fast:
+                items = [
+                    (ctx_of[v], len(contexts[v]), r.completion_ids[rows[v], : spans[v][1]]) for v in views
+                ]
+                logits, tokens = suffix_logits(self.model, distinct_ctx, items, r.pad_id)  # [m, E, V]
+                cols = t_idx.clamp(max=max(logits.shape[1] - 1, 0))  # row t predicts completion token t
+            else:
+                seqs = [torch.cat([contexts[v], r.completion_ids[rows[v], : spans[v][1]]]) for v in views]
+                ids, mask = left_pad(seqs, r.pad_id)
+                L = ids.shape[1]
+                logits = causal_lm_forward(self.model, ids, mask).logits  # [m, L, V]
+                tokens = int(mask.sum())
+                cols = (L - ends[:, None] + t_idx - 1).clamp(
+                    min=0
+                )  # [m, S] column of token t: L - end + t - 1
+            self.forward_tokens += tokens
             teacher = F.log_softmax(
                 logits.float().gather(1, cols[..., None].expand(-1, -1, logits.shape[-1])), dim=-1
             )  # [m, S, V]
-            student_all = self._student(view_rows)  # [m, T, V]
-            student = student_all.gather(1, t_idx[..., None].expand(-1, -1, student_all.shape[-1]))
+            if fast_student:
+                student_all = self._student_prefix(view_rows, ends)  # [m, E, V]
+                t_at = t_idx.clamp(max=max(student_all.shape[1] - 1, 0))
+            else:
+                student_all, t_at = self._student(view_rows), t_idx  # [m, T, V]
+            student = student_all.gather(1, t_at[..., None].expand(-1, -1, student_all.shape[-1]))
             values = fn(teacher, student)  # [m, S] or [m, S, K]
             if out is None:
                 out = torch.zeros((r.num_rows, T, *values.shape[2:]), device=values.device)
@@ -409,6 +505,12 @@ class TeacherScorer(Scorer):
 
     def _idle_student(self) -> None:
         _scoring(Scorer._idle_student)(self.policy_scorer)
+
+    def _fast_student(self) -> bool:
+        return self.policy_scorer._fast_student()
+
+    def _student_prefix(self, rows: Tensor, ends: Tensor) -> Tensor:
+        return _scoring(Scorer._student_prefix)(self.policy_scorer, rows, ends)
 
     def compare(self, *args, **kwargs) -> Tensor:
         before = self.forward_tokens

@@ -11,7 +11,9 @@ import torch
 
 from lightning_rlvr.credit.shear import (
     SHEARCredit,
+    _sinkhorn,
     emd_cost,
+    nearest_point_bound,
     sinkhorn_cost,
     span_starts,
 )
@@ -283,3 +285,73 @@ def test_sinkhorn_stays_finite_when_the_kernel_overflows_fp32():
         assert float(out[p]) == pytest.approx(float(ref), rel=1e-3, abs=1e-3)
     exact = emd_cost(cost[:2], mask_a[:2], mask_b[:2])  # the well-conditioned pair is within the bias
     assert (out[:2] >= exact - 1e-3).all() and (out[:2] <= exact + 0.05 * math.log(6) + 1e-3).all()
+
+
+def random_problems(B: int, n: int, seed: int, scale: float = 1.0):
+    """[B, n, n] Euclidean costs between random point sets, each side with 1..n real points."""
+    g = torch.Generator().manual_seed(seed)
+    cost = torch.cdist(torch.randn(B, n, 3, generator=g), torch.randn(B, n, 3, generator=g)) * scale
+    ar = torch.arange(n)
+    mask_a = ar[None] < torch.randint(1, n + 1, (B, 1), generator=g)
+    mask_b = ar[None] < torch.randint(1, n + 1, (B, 1), generator=g)
+    return cost, mask_a, mask_b
+
+
+@pytest.mark.parametrize("method", ["sinkhorn", "log_sinkhorn"])
+def test_sinkhorn_runs_the_iterations_of_pots_batched_solver(method):
+    """With tol=0 (a fixed number of iterations) both domains give POT's ``solve_batch`` values."""
+    cost, mask_a, mask_b = random_problems(64, 6, seed=6, scale=0.5)
+    a = mask_a.float() / mask_a.sum(-1, keepdim=True)
+    b = mask_b.float() / mask_b.sum(-1, keepdim=True)
+    for num_iter in (1, 7, 60):
+        ref = ot.batch.solve_batch(
+            cost, reg=0.05, a=a, b=b, max_iter=num_iter, tol=0.0, method=method, grad="detach"
+        ).value_linear
+        if method == "sinkhorn":
+            ours = sinkhorn_cost(cost, mask_a, mask_b, 0.05, num_iter=num_iter, tol=0.0)
+        else:
+            ours = _sinkhorn(cost, a, b, 0.05, num_iter, 0.0, log_domain=True)
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_sinkhorn_stops_each_problem_on_its_own_and_within_tolerance():
+    """Per-problem stopping: a problem's value is the same alone or in any batch, and near converged."""
+    cost, mask_a, mask_b = random_problems(40, 5, seed=7, scale=0.5)
+    batch = sinkhorn_cost(cost, mask_a, mask_b, 0.05, num_iter=200, tol=1e-3)
+    alone = torch.stack(
+        [
+            sinkhorn_cost(cost[p : p + 1], mask_a[p : p + 1], mask_b[p : p + 1], 0.05, 200, 1e-3)[0]
+            for p in range(40)
+        ]
+    )
+    torch.testing.assert_close(batch, alone, rtol=1e-6, atol=1e-7)
+    converged = sinkhorn_cost(cost, mask_a, mask_b, 0.05, num_iter=5000, tol=1e-7)
+    assert (batch - converged).abs().max() < 1e-2
+    assert not torch.equal(batch, converged)  # some problems did stop early
+
+
+@pytest.mark.parametrize("num_iter", [1, 3, 100])
+def test_nearest_point_bound_is_below_every_solver_converged_or_not(num_iter):
+    cost, mask_a, mask_b = random_problems(200, 6, seed=8)
+    lb = nearest_point_bound(cost, mask_a, mask_b)
+    assert (lb <= emd_cost(cost, mask_a, mask_b) + 1e-5).all()
+    assert (lb <= sinkhorn_cost(cost, mask_a, mask_b, 0.05, num_iter=num_iter, tol=0.0) + 1e-5).all()
+    assert (lb > 0).all()
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("window,stride", [(2, 1), (4, 2), (5, 5)])
+def test_pruned_pairs_give_the_weights_of_solving_every_pair(solver, window, stride):
+    torch.manual_seed(9)
+    N, G, T, H = 16, 8, 14, 6
+    rewards = [float(x) for x in torch.randint(0, 2, (N,))]
+    rewards[0], rewards[1], rewards[8], rewards[9] = 1.0, 0.0, 1.0, 0.0  # both groups mixed
+    rollout = make_rollout(rewards, torch.randint(1, T + 1, (N,)).tolist(), T=T, G=G)
+    hidden = torch.randn(N, T, H) + 2 * torch.randn(N, 1, H)  # rows differ, as real rollouts do
+    pruned = SHEARCredit(window=window, stride=stride, solver=solver)
+    full = SHEARCredit(window=window, stride=stride, solver=solver, prune=False)
+    w_pruned, _, pairs = pruned.token_weights(hidden, rollout.completion_mask, rollout.correct, rollout.group)
+    w_full, _, _ = full.token_weights(hidden, rollout.completion_mask, rollout.correct, rollout.group)
+    torch.testing.assert_close(w_pruned, w_full, rtol=1e-6, atol=1e-7)
+    assert full.pairs_solved == pairs
+    assert pruned.pairs_solved < pairs  # the bound really ruled pairs out

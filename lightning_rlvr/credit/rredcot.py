@@ -22,7 +22,8 @@ is a constructor argument.
        V(s_k) = pi(answer | x, o_{<b_k}, cue) = exp(sum_j log pi(answer_j | ...)),
 
    for b_0 = 0 (no reasoning yet) up to the last interior boundary, all in ONE
-   batched no-grad ``scorer.sequence_logprobs`` call per step. The value after the
+   batched no-grad ``scorer.continuation_logprobs`` call per step (each row's chain
+   runs once for all its cuts when the model keeps a KV cache). The value after the
    last segment is the final reward: V(s_K) = r_i.
 3. Segment rewards [summary]: r_k = V(s_k) - V(s_{k-1}), k = 1..K, which sum to
    r_i - V(s_0) (the return decomposition).
@@ -265,20 +266,23 @@ class RREDCoTCredit(CreditAssigner):
         group = rollout.group.tolist()
         active = (adv != 0) & torch.tensor([len(answers[g]) > 0 for g in group], device=device)
 
-        # one query per (active row, boundary): prompt + completion[:b] + cue + answer
-        seqs, n_targets, owners = [], [], []
+        # one query per (active row, boundary): prompt + completion[:b] + cue + answer, i.e. the
+        # row's chain [prompt; completion] cut after b completion tokens, then cue + answer
+        chains, items, n_targets, owners = [], [], [], []
         starts = [[0, *torch.nonzero(bounds[i]).flatten().tolist()] for i in range(N)]
         for i in torch.nonzero(active).flatten().tolist():
             prompt, comp, ans = rollout.prompt_tokens(i), rollout.completion_ids[i], answers[group[i]]
             ends = starts[i] if self.last_value_is_reward else [*starts[i], int(content[i])]
+            chains.append(torch.cat([prompt, comp[: max(ends)]]))
             for b in ends:
-                seqs.append(torch.cat([prompt, comp[:b], cue, ans]))
+                items.append((len(chains) - 1, len(prompt) + b, torch.cat([cue, ans])))
                 n_targets.append(len(ans))
                 owners.append(i)
         values = torch.zeros(N, Kmax + 1, device=device)  # [N, Kmax + 1]
         model_last = torch.zeros(N, device=device)  # [N]
-        if seqs:
-            logps = scorer.sequence_logprobs(seqs, n_targets)  # one batched no-grad call
+        if items:
+            # batched, no grad; each chain runs once for all its cuts where the model allows
+            logps = scorer.continuation_logprobs(chains, items, n_targets)
             v = torch.stack([lp.float().sum() for lp in logps]).exp().to(device)  # [n_queries]
             pos = 0
             for i in sorted(set(owners)):

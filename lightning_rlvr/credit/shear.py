@@ -35,11 +35,21 @@ Implementation notes (all without gradients, fp32):
   one ``torch.cdist`` between its correct and its incorrect tokens; each span pair's
   [w, w] cost matrix is a gather from it. Pairs of all groups are solved together in
   chunks of at most ``chunk_elements`` cost entries.
-* Sinkhorn is POT's batched solver over [pairs, w, w] cost matrices (``ot.batch``, torch
-  backend), with zero mass on the padding of short spans, and POT's log-domain variant for
-  the rare problems whose kernels overflow fp32. The distance is the transport cost
-  <P_eps, C> (as ``ot.sinkhorn2`` reports it), which lies in [W1, W1 + reg * log(min(n, m))]
-  at convergence.
+* Most pairs are never solved: only a row's or a column's minimum matters. Every pair
+  first gets a lower bound from its cost matrix alone (``nearest_point_bound``: each
+  target point's cost to its nearest source point, averaged); the pair with the smallest
+  bound of each span is solved, which bounds that span's minimum from above, and then
+  only the pairs whose lower bound does not exceed their row's or column's upper bound.
+  The minima are exactly those of solving every pair (``prune=False``); at the quickstart
+  about one pair in seven is solved.
+* Sinkhorn runs POT's batched iterations (``ot.batch.solve_batch``: f = a / K g,
+  g = b / K^T f) in our own loop over [w, w, pairs] tensors (batch last: vectorised
+  elementwise ops instead of many tiny matrix-vector products), with zero mass on the
+  padding of short spans, and in the log domain for the rare problems whose kernels
+  overflow fp32. Convergence is decided per problem (POT stops the batch when its worst
+  problem converges), so a pair's distance never depends on which pairs share its batch.
+  The distance is the transport cost <P_eps, C> (as ``ot.sinkhorn2`` reports it), which
+  lies in [W1, W1 + reg * log(min(n, m))] at convergence.
 * EMD: POT 0.9.7 has no batched *exact* solver (``ot.batch.solve_batch`` is Sinkhorn or an
   inexact proximal-point method), so ``solver="emd"`` loops ``ot.emd2`` over the pairs in
   float64 after the batched cost gather (the reference; on one CPU thread it is on par with
@@ -93,9 +103,20 @@ def sinkhorn_cost(
 ) -> Tensor:
     """Batched entropic OT cost <P_eps, C> between uniform measures on the unmasked points: [B].
 
-    POT's batched solver (``ot.batch.solve_batch``) in the scaling domain; the few
-    problems whose kernels under/overflow fp32 (cost range >~ 85 * reg) are redone
-    in POT's log domain.
+    The iterations of POT's batched solver (``ot.batch.solve_batch``: f = a / K g,
+    g = b / K^T f, the row-marginal L2 error checked every 10 iterations), with two
+    changes that make it several times faster on many small problems and make each
+    problem's result independent of the batch it is solved in:
+
+    * the batch is the *last*, contiguous dimension ([n, m, B]), so every update is a
+      handful of vectorised elementwise ops instead of B tiny matrix-vector products;
+    * convergence is per problem: a problem whose error is below ``tol`` at a check
+      stops there and leaves the batch (POT stops the whole batch once the worst
+      problem converges). With ``tol=0`` every problem runs ``num_iter`` iterations,
+      exactly as POT does.
+
+    The few problems whose kernels under/overflow fp32 (cost range >~ 85 * reg) are
+    redone in the log domain (same iterations on log-scalings, as POT's ``log_sinkhorn``).
 
     Args:
         cost: [B, n, m] ground costs.
@@ -103,20 +124,68 @@ def sinkhorn_cost(
         mask_b: [B, m] bool, the target points.
         reg: entropic regularisation (same units as ``cost``).
         num_iter: maximum number of Sinkhorn iterations.
-        tol: stop once the marginals are met to this tolerance.
+        tol: a problem stops once its row marginal is met to this L2 error (0: never).
     """
     cost = cost.float()
     a = mask_a.float() / mask_a.sum(-1, keepdim=True)  # [B, n], 0 on padding
     b = mask_b.float() / mask_b.sum(-1, keepdim=True)  # [B, m]
-    solve = lambda c, x, y, method: (
-        ot.batch.solve_batch(
-            c, reg=reg, a=x, b=y, max_iter=num_iter, tol=tol, method=method, grad="detach"
-        ).value_linear
-    )
-    out = solve(cost, a, b, "sinkhorn")  # [B]
+    out = _sinkhorn(cost, a, b, reg, num_iter, tol, log_domain=False)  # [B]
     bad = ~torch.isfinite(out)
     if bool(bad.any()):
-        out[bad] = solve(cost[bad], a[bad], b[bad], "log_sinkhorn")
+        out[bad] = _sinkhorn(cost[bad], a[bad], b[bad], reg, num_iter, tol, log_domain=True)
+    return out
+
+
+def _sinkhorn(
+    cost: Tensor, a: Tensor, b: Tensor, reg: float, num_iter: int, tol: float, log_domain: bool
+) -> Tensor:
+    """<P_eps, C> of each problem: [B]. Scaling domain (f, g) or log domain (u = log f, v = log g).
+
+    Works on [n, m, B] copies (batch last). A problem is finished at the first check
+    where it has converged; finished problems leave the working set once they are at
+    least a quarter of it (each compaction copies the set, so not at every check).
+    """
+    B = cost.shape[0]
+    out = torch.full((B,), float("nan"), device=cost.device)
+    C = cost.permute(1, 2, 0).contiguous()  # [n, m, B]
+    a, b = a.T.contiguous(), b.T.contiguous()  # [n, B], [m, B]
+    idx = torch.arange(B, device=cost.device)  # problems in the working set
+    live = torch.ones(B, dtype=torch.bool, device=cost.device)  # ... and not finished yet
+    if log_domain:
+        K = -C / reg  # [n, m, B] log-kernel
+        la, lb = a.log(), b.log()  # -inf on padding: zero mass there
+        f, g = torch.zeros_like(a), torch.zeros_like(b)
+    else:
+        K = torch.exp(-C / reg)  # [n, m, B]
+        la, lb = a, b  # unused
+        f, g = torch.ones_like(a), torch.ones_like(b)
+
+    def plan() -> Tensor:  # [n, m, b] the current transport plan
+        if log_domain:
+            return torch.exp(K + f[:, None] + g[None])
+        return K * f[:, None] * g[None]
+
+    for it in range(num_iter):
+        if log_domain:
+            f = la - torch.logsumexp(K + g[None], dim=1)
+            g = lb - torch.logsumexp(K + f[:, None], dim=0)
+        else:
+            f = a / (K * g[None]).sum(1)
+            g = b / (K * f[:, None]).sum(0)
+        if tol > 0 and it % 10 == 0:
+            P = plan()
+            err2 = (P.sum(1) - a).square().sum(0)  # [b] squared L2 row-marginal error
+            done = live & (err2 < tol * tol)  # NaN compares False: not done
+            if bool(done.any()):
+                out[idx[done]] = (P * C).sum((0, 1))[done]
+                live &= ~done
+                if not bool(live.any()):
+                    return out
+                if 4 * int((~live).sum()) >= live.numel():
+                    keep = live.nonzero().flatten()
+                    idx, live = idx[keep], live[keep]
+                    K, C, a, b, f, g, la, lb = (x.index_select(-1, keep) for x in (K, C, a, b, f, g, la, lb))
+    out[idx[live]] = (plan() * C).sum((0, 1))[live]
     return out
 
 
@@ -132,6 +201,19 @@ def emd_cost(cost: Tensor, mask_a: Tensor, mask_b: Tensor) -> Tensor:
     return torch.from_numpy(out).to(device=cost.device, dtype=torch.float32)
 
 
+def nearest_point_bound(cost: Tensor, mask_a: Tensor, mask_b: Tensor) -> Tensor:
+    """A lower bound on the transport cost of each problem, from its cost matrix alone: [B].
+
+    The mean over the target points of the cost to their nearest source point,
+    sum_j b_j min_i C_ij. Any plan whose column sums are b costs at least this (each
+    target's mass travels at least its nearest-source cost), so it bounds the exact W1 and
+    also the Sinkhorn cost <P_eps, C>: each Sinkhorn iteration ends with the column update,
+    which makes the plan's column sums exactly b, converged or not.
+    """
+    nearest = cost.float().masked_fill(~mask_a[:, :, None], float("inf")).amin(1)  # [B, m]
+    return nearest.masked_fill(~mask_b, 0.0).sum(-1) / mask_b.sum(-1)
+
+
 class SHEARCredit(CreditAssigner):
     """SHEAR token weights from span Wasserstein distances to the opposite-outcome rollouts.
 
@@ -142,9 +224,12 @@ class SHEARCredit(CreditAssigner):
         reg: Sinkhorn entropic regularisation, in units of the group's mean hidden norm nbar
             [proposed: 0.05].
         num_iter: maximum Sinkhorn iterations [proposed: 100].
-        tol: Sinkhorn early stop on the row-marginal L1 error, checked every 10 iterations
-            [proposed: 1e-3; 0 disables].
+        tol: Sinkhorn early stop of each span pair on its row-marginal L2 error, checked every
+            10 iterations [proposed: 1e-3; 0 disables].
         chunk_elements: at most this many cost entries (pairs * w * w) are solved at once.
+        prune: solve only the span pairs that can be a row or column minimum, as decided by
+            a lower bound on each pair's cost (``nearest_point_bound``); exact (the weights do
+            not change), typically several times fewer solves. False solves every pair.
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
     """
 
@@ -159,6 +244,7 @@ class SHEARCredit(CreditAssigner):
         num_iter: int = 100,
         tol: float = 1e-3,
         chunk_elements: int = 2**24,
+        prune: bool = True,
         scale_by_std: bool = True,
     ) -> None:
         super().__init__(scale_by_std=scale_by_std)
@@ -178,6 +264,8 @@ class SHEARCredit(CreditAssigner):
         self.num_iter = num_iter
         self.tol = tol
         self.chunk_elements = chunk_elements
+        self.prune = prune
+        self.pairs_solved = 0  # span pairs the last ``token_weights`` solved (a metric)
 
     # ------------------------------------------------------------------ solver
     def _solve(self, cost: Tensor, mask_a: Tensor, mask_b: Tensor) -> Tensor:
@@ -238,6 +326,7 @@ class SHEARCredit(CreditAssigner):
             weighted[rows] = True
 
         if not blocks:
+            self.pairs_solved = 0
             return weights, weighted, 0
 
         flat = torch.cat(blocks)  # all groups' token costs
@@ -266,14 +355,50 @@ class SHEARCredit(CreditAssigner):
             for s in (True, False)
         }
 
-        dist = torch.empty(n_pairs, device=device)  # W1(P_k, P_l) / nbar of every pair
         per_chunk = max(1, self.chunk_elements // (w * w))
-        for lo in range(0, n_pairs, per_chunk):
-            sl = slice(lo, lo + per_chunk)
-            ic, ii = span_idx[True][pc[sl]], span_idx[False][pi[sl]]  # [B, w]
-            gather = base[sl, None, None] + ic[:, :, None] * rstride[sl, None, None] + ii[:, None, :]
-            cost = flat[gather]  # [B, w, w]
-            dist[sl] = self._solve(cost, span_mask[True][pc[sl]], span_mask[False][pi[sl]])
+
+        def pair_costs(sel: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            """[B, w, w] costs and [B, w] point masks of the pairs ``sel``, gathered from the blocks."""
+            ic, ii = span_idx[True][pc[sel]], span_idx[False][pi[sel]]  # [B, w]
+            gather = base[sel, None, None] + ic[:, :, None] * rstride[sel, None, None] + ii[:, None, :]
+            return flat[gather], span_mask[True][pc[sel]], span_mask[False][pi[sel]]
+
+        dist = torch.full((n_pairs,), float("inf"), device=device)  # W1(P_k, P_l) / nbar; inf: not solved
+        solved = torch.zeros(n_pairs, dtype=torch.bool, device=device)
+
+        def solve(sel: Tensor) -> None:
+            for part in sel.split(per_chunk):
+                dist[part] = self._solve(*pair_costs(part))
+            solved[sel] = True
+
+        everything = torch.arange(n_pairs, device=device)
+        if not self.prune:
+            solve(everything)
+        else:
+            lb = torch.empty(n_pairs, device=device)  # a lower bound on each pair's distance
+            for part in everything.split(per_chunk):
+                lb[part] = nearest_point_bound(*pair_costs(part))
+            n_side = {s: int(info[s]["size"].numel()) for s in (True, False)}
+            # stage 1: for every span, the pair with the smallest bound (likely its minimum) ...
+            best = {
+                s: torch.full((n_side[s],), float("inf"), device=device).scatter_reduce(
+                    0, ids, lb, "amin", include_self=True
+                )
+                for s, ids in ((True, pc), (False, pi))
+            }
+            solve(((lb == best[True][pc]) | (lb == best[False][pi])).nonzero().flatten())
+            # ... whose distances bound the minima from above; stage 2: every pair whose lower bound
+            # does not exceed its row's or its column's upper bound (a small slack absorbs rounding).
+            upper = {
+                s: torch.full((n_side[s],), float("inf"), device=device)
+                .scatter_reduce(0, ids, dist, "amin", include_self=True)
+                .nan_to_num(nan=float("inf"))
+                for s, ids in ((True, pc), (False, pi))
+            }
+            slack = lambda u: u + 1e-4 * u.abs() + 1e-6  # noqa: E731
+            open_ = (lb <= slack(upper[True][pc])) | (lb <= slack(upper[False][pi]))
+            solve((open_ & ~solved).nonzero().flatten())
+        self.pairs_solved = int(solved.sum())
 
         # d_{i,k}: correct spans take the min over their row of the pair matrix, incorrect spans the column.
         d = {}
@@ -311,6 +436,7 @@ class SHEARCredit(CreditAssigner):
             "weight_p90": float(active.quantile(0.9)) if active.numel() else nan,
             "weight_max": float(active.max()) if active.numel() else nan,
             "pairs": float(n_pairs),
+            "pairs_solved": float(self.pairs_solved),
             "frac_groups_weighted": mixed / max(n_groups, 1),
         }
         return Credit(advantages=advantages, metrics=metrics)
