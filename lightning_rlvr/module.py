@@ -252,7 +252,8 @@ class RLVRModule(Evaluation, LightningModule):
             )
         stats["accuracy"] = float(rollout.correct.float().mean())
         for shaper in self.reward_shaping:
-            rollout.rewards = shaper(rollout.rewards, rollout.lengths, self.max_new_tokens)
+            # the policy's tokens (an episode's observations are not its length)
+            rollout.rewards = shaper(rollout.rewards, rollout.loss_mask.sum(-1), self.max_new_tokens)
         stats["verify_s"] = verify_s
         return rollout, errors, stats
 

@@ -280,6 +280,47 @@ def expert_rollout(
     return concat_rollouts(parts)
 
 
+def turn_starts(policy_mask: Sequence[int]) -> list[int]:
+    """Where each action after the first starts: positions t > 0 with policy_mask[t] = 1 after a 0."""
+    m = list(policy_mask)
+    return [t for t in range(1, len(m)) if m[t] and not m[t - 1]]
+
+
+def continue_episodes(
+    env: Environment,
+    problem: Problem,
+    prefix: Sequence[int],
+    prefix_policy: Sequence[int],
+    n: int,
+    generate: Generate,
+    tokenizer: PreTrainedTokenizerBase,
+    **kwargs,
+) -> Rollout:
+    """``n`` episodes of ``problem`` that replay the actions of an episode's ``prefix``, then play on.
+
+    Monte-Carlo values of multi-turn episodes: the environment is deterministic, so replaying the
+    prefix's actions (the runs where ``prefix_policy`` is 1) reproduces its tokens, and the episodes
+    continue from there with ``generate``. A prefix that ends inside a turn is replayed up to that
+    turn's start (the value of a turn is taken where the policy is about to act). ``kwargs`` go to
+    ``run_episodes``.
+    """
+    m = list(prefix_policy)
+    ends = [t for t in range(len(m)) if m[t] and (t + 1 == len(m) or not m[t + 1])]  # last token of actions
+    starts = [t for t in range(len(m)) if m[t] and (t == 0 or not m[t - 1])]
+    complete = [(s, e) for s, e in zip(starts, ends) if e + 1 < len(m)]  # answered by an observation
+    actions = [list(prefix[s : e + 1]) for s, e in complete]
+    calls = 0
+
+    def replay(contexts: list[list[int]]) -> list[list[int]]:
+        nonlocal calls
+        calls += 1
+        if calls <= len(actions):
+            return [actions[calls - 1]] * len(contexts)
+        return generate(contexts)
+
+    return run_episodes(env, [problem], n, replay, tokenizer, **kwargs)
+
+
 def policy_tokens(rollout: Rollout, row: int) -> Tensor:
     """The tokens ``row``'s policy generated, in order (observations removed)."""
     mask = rollout.policy_mask if rollout.policy_mask is not None else rollout.completion_mask
