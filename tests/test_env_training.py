@@ -187,7 +187,7 @@ def test_hp_rlvr_hindsight_holds_the_future_turns_and_the_final_feedback():
     scorer = Scorer(module.model, rollout, module.tokenizer, 4)
     contexts, rows, spans = HPRLVRCredit().views(rollout, scorer)
     tok = module.tokenizer
-    for ctx, i, (start, end) in zip(contexts, rows, spans):
+    for ctx, i, (_, end) in zip(contexts, rows, spans):
         n = int(rollout.lengths[i])
         assert rollout.loss_mask[i, end - 1] == 1 and (
             end == n or rollout.loss_mask[i, end] == 0

@@ -258,7 +258,7 @@ class RREDCoTCredit(CreditAssigner):
 
     def segment(self, rollout: Rollout, scorer: Scorer) -> Tensor:
         """Kept segment starts: bool [N, T] (at most ``num_segments - 1`` per row)."""
-        if self.segment_turns and rollout.turn_index is not None:
+        if self.segment_turns and getattr(rollout, "turn_index", None) is not None:
             cand = turn_boundaries(rollout.loss_mask, self._content_lengths(rollout))
         else:
             after, before = self._patterns(scorer)
