@@ -47,7 +47,7 @@ class Continued:
 
 class ContinuationSampler(Protocol):
     def __call__(
-        self, prompts: list[Tensor], prefixes: list[Tensor], problems: list[Problem], n: int
+        self, prompts: list[Tensor], prefixes: list[Tensor], problems: list[Problem], n: int, **kw
     ) -> Continued: ...
 
 
@@ -106,8 +106,16 @@ class EngineSampler:
 
     @torch.no_grad()
     def __call__(
-        self, prompts: list[Tensor], prefixes: list[Tensor], problems: list[Problem], n: int
+        self,
+        prompts: list[Tensor],
+        prefixes: list[Tensor],
+        problems: list[Problem],
+        n: int,
+        policy_masks: list[Tensor] | None = None,
     ) -> Continued:
+        """``policy_masks`` (episodes only): which prefix tokens are the policy's; see ``_episodes``."""
+        if policy_masks is not None:
+            return self._episodes(prefixes, problems, n, policy_masks)
         K = len(prompts)
         items = [(k, j) for k in range(K) for j in range(n)]  # one sequence each
         chunks = [items[i : i + self.micro_batch_size] for i in range(0, len(items), self.micro_batch_size)]
@@ -138,3 +146,35 @@ class EngineSampler:
         rewards = torch.tensor([float(v.reward) for v, _ in results], dtype=torch.float32).view(K, n)
         correct = torch.tensor([bool(v.correct) for v, _ in results], dtype=torch.bool).view(K, n)
         return Continued(rewards.to(device), correct.to(device), generated, forward)
+
+    def _episodes(
+        self, prefixes: list[Tensor], problems: list[Problem], n: int, policy_masks: list[Tensor]
+    ) -> Continued:
+        """Continuations of episode prefixes: ``n`` episodes each that replay the prefix's actions in the
+        environment (``envs.episodes.continue_episodes``) and play on, scored by the game's verdicts.
+
+        One episode batch per prefix (the engine is called once per turn of each); ``max_new_tokens``
+        is the budget of each new action, as in the rollouts.
+        """
+        from lightning_rlvr.envs.episodes import continue_episodes, engine_generate
+
+        sampling = Sampling(self.max_new_tokens, **self.sampling)
+        generate = engine_generate(self.engine, self.model, self.tokenizer, sampling)
+        positions = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+        device = next(self.model.parameters()).device
+        rewards, correct, generated, forward = [], [], 0, 0
+        for prefix, problem, mask in zip(prefixes, problems, policy_masks):
+            r = continue_episodes(
+                self.task, problem, prefix.tolist(), mask.tolist(), n, generate, self.tokenizer,
+                max_new_tokens_per_turn=self.max_new_tokens, max_context_tokens=positions,
+            )  # fmt: skip
+            rewards.append(r.rewards)
+            correct.append(r.correct)
+            generated += int(r.loss_mask.sum()) - n * int(mask.sum())
+            forward += int(r.attention_mask.sum())
+        if not rewards:
+            empty = torch.zeros(0, n, device=device)
+            return Continued(empty, empty.bool(), 0, 0)
+        return Continued(
+            torch.stack(rewards).float().to(device), torch.stack(correct).to(device), generated, forward
+        )

@@ -54,6 +54,15 @@ class PolicySource:
         """What identifies the initial weights (used to cache the warm start)."""
         return {"class": type(self).__name__, **vars(self)}
 
+    def for_task(self, task) -> PolicySource:
+        """This source bound to the task it trains on. The default needs no task: itself.
+
+        A source that builds its vocabulary from the task's texts (``envs.vocab.TextPolicy`` with
+        no ``env`` of its own) returns a copy that reads them from ``task``, so a config names the
+        environment once.
+        """
+        return self
+
 
 def small_llama(shape: Any, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
     """A Llama-style model built in code for ``tokenizer``, seeded apart from training.

@@ -52,7 +52,7 @@ from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
 from lightning_rlvr.objectives import loss_weights, zero_std_groups
 from lightning_rlvr.prompts import PromptFormat
 from lightning_rlvr.rewards.overlong import RewardShaper
-from lightning_rlvr.rollout import Rollout, generate_rollout
+from lightning_rlvr.rollout import Rollout, Sampler
 from lightning_rlvr.scoring import Scorer, causal_lm_forward, entropy_from_logits, token_logprobs
 from lightning_rlvr.state import capture_rng, plain_value, restore_rng
 from lightning_rlvr.tasks.addition import AdditionTask
@@ -140,7 +140,7 @@ class RLVRModule(Evaluation, LightningModule):
             del self.hparams[key]  # objects (Python use) cannot go in a weights-only checkpoint
         self.automatic_optimization = False
         self.task = task or AdditionTask()
-        self.policy_source = policy or TinyPolicy()
+        self.policy_source = (policy or TinyPolicy()).for_task(self.task)
         self.credit = credit or GRPOCredit()
         self.loss = loss or PPOClip()
         self.warm_start = warm_start
@@ -209,12 +209,19 @@ class RLVRModule(Evaluation, LightningModule):
         """Problem prompt -> the text the model sees (``None``: as is); warm start and rollouts share it."""
         return None if self.prompt_format is None else partial(self.prompt_format.render, self.tokenizer)
 
-    def rollout(self, problems: list[Problem], group_size: int) -> Rollout:
-        """Sample ``group_size`` completions per problem through ``self.engine``."""
+    @property
+    def sampler(self) -> Sampler:
+        """The policy as a sampler: engine, live model, tokenizer, sampling and prompt format."""
         sampling = Sampling(self.max_new_tokens, **self.sampling)
-        return generate_rollout(
-            self.engine, self.model, self.tokenizer, problems, group_size, sampling, self.render
-        )
+        return Sampler(self.engine, self.model, self.tokenizer, sampling, self.render)
+
+    def rollout(self, problems: list[Problem], group_size: int) -> Rollout:
+        """``group_size`` samples per problem, as the task rolls out (``Task.rollout``), via ``self.engine``.
+
+        A single-turn task samples one completion per row; an environment plays episodes (one
+        engine call per turn, ``max_new_tokens`` per action) and returns them already scored.
+        """
+        return self.task.rollout(self.sampler, problems, group_size)
 
     def collect(self, problems: list[Problem]) -> tuple[Rollout, int, dict[str, float]]:
         """Sample and verify (with dynamic sampling when configured), then shape the rewards.
@@ -245,12 +252,19 @@ class RLVRModule(Evaluation, LightningModule):
             )
         stats["accuracy"] = float(rollout.correct.float().mean())
         for shaper in self.reward_shaping:
-            rollout.rewards = shaper(rollout.rewards, rollout.lengths, self.max_new_tokens)
+            # the policy's tokens (an episode's observations are not its length)
+            rollout.rewards = shaper(rollout.rewards, rollout.loss_mask.sum(-1), self.max_new_tokens)
         stats["verify_s"] = verify_s
         return rollout, errors, stats
 
     def verify(self, rollout: Rollout) -> int:
-        """Fill ``rollout.rewards`` and ``feedback``; returns the number of verifier errors."""
+        """Fill ``rollout.rewards`` and ``feedback``; returns the number of verifier errors.
+
+        A rollout the task scored itself (an environment's episodes carry the game's verdicts)
+        is left as it is.
+        """
+        if rollout.rewards is not None:
+            return 0
         problems = [rollout.problems[int(g)] for g in rollout.group]
         results = self.task.check_batch(rollout.completions, problems)  # [(verdict, raised)] * N
         rollout.rewards = torch.tensor(
@@ -277,6 +291,8 @@ class RLVRModule(Evaluation, LightningModule):
             old_logp = scorer.policy(hidden=self.credit.uses_hidden_states).logp  # shared with the credit
         t2 = time.perf_counter()
         credit = self.credit.assign(rollout, scorer)
+        # The one place credit meets the loss mask: environment tokens (and padding) get no advantage.
+        credit.advantages = torch.where(rollout.loss_mask.bool(), credit.advantages, 0.0)
         t3 = time.perf_counter()
         ref_logp = self.reference_logprobs(rollout) if self.loss.uses_reference else None
         stats = self.update(rollout, credit, old_logp, ref_logp)
@@ -297,6 +313,7 @@ class RLVRModule(Evaluation, LightningModule):
             "perf/tokens_per_s": float(lengths.sum()) / max(t1 - t0, 1e-9),
             "perf/extra_forward_tokens": float(scorer.forward_tokens),
             **{f"train/{k}": v for k, v in {**sampling, **stats}.items()},
+            **{f"train/{k}": v for k, v in self.task.rollout_metrics(rollout).items()},
             **{f"credit/{k}": v for k, v in credit.metrics.items()},
         }
         self.log("train/reward", rollout.rewards.mean(), prog_bar=True, batch_size=len(batch), logger=False)
@@ -326,9 +343,9 @@ class RLVRModule(Evaluation, LightningModule):
         """
         opt, sched = self.optimizers(), self.lr_schedulers()
         P, N, W = rollout.prompt_ids.shape[1], rollout.num_rows, world_size()
-        targets, mask = rollout.completion_ids, rollout.completion_mask.float()  # [N, T]
+        targets, mask = rollout.completion_ids, rollout.loss_mask.float()  # [N, T] the policy's own tokens
         engine = rollout.engine_logp  # [N, T] or None
-        totals: dict[str, float] = {"loss": 0.0, "grad_norm": 0.0}
+        totals: dict[str, float] = {"loss": 0.0, "grad_norm": 0.0, "zero_grad_frac": 0.0}
         n_updates = 0
         for _ in range(self.ppo_epochs):
             order = torch.randperm(N, device=self.device) if self.minibatches > 1 else torch.arange(N)
@@ -371,7 +388,9 @@ class RLVRModule(Evaluation, LightningModule):
                 opt.zero_grad(set_to_none=True)
                 sched.step()
                 n_updates += 1
-                for k, v in {"loss": loss_total, "grad_norm": grad_norm, **parts}.items():
+                zero = float(grad_norm == 0.0)  # train/zero_grad_frac: updates with no gradient at all
+                record = {"loss": loss_total, "grad_norm": grad_norm, "zero_grad_frac": zero, **parts}
+                for k, v in record.items():
                     totals[k] = totals.get(k, 0.0) + v
         stats = {k: v / max(n_updates, 1) for k, v in totals.items()}
         stats["lr"] = sched.get_last_lr()[0]

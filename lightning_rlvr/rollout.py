@@ -44,6 +44,7 @@ class Rollout:
         None  # [N, T] 1 on tokens the policy generated (None: every completion token)
     )
     turn_index: Tensor | None = None  # [N, T] the turn each completion token belongs to (-1 on padding)
+    invalid_actions: Tensor | None = None  # [N] actions the environment could not carry out (episodes only)
 
     @property
     def num_rows(self) -> int:
@@ -59,7 +60,7 @@ class Rollout:
 
     @property
     def loss_mask(self) -> Tensor:  # [N, T]
-        """1 where loss and credit apply: the policy's own tokens (every completion token when single-turn)."""
+        """1 where loss and credit apply: the policy's own tokens (all completion tokens if single-turn)."""
         return self.completion_mask if self.policy_mask is None else self.policy_mask * self.completion_mask
 
     @property
@@ -99,7 +100,24 @@ class Rollout:
             engine_logp=None if self.engine_logp is None else self.engine_logp[rows],
             policy_mask=None if self.policy_mask is None else self.policy_mask[rows],
             turn_index=None if self.turn_index is None else self.turn_index[rows],
+            invalid_actions=None if self.invalid_actions is None else self.invalid_actions[rows],
         )
+
+
+@dataclass
+class Sampler:
+    """Everything a task needs to sample from the policy: ``Task.rollout`` receives one.
+
+    The module builds it from its engine, live model, tokenizer, sampling arguments and prompt
+    format, and so do the warm start's checks, so every sampler of the project goes through one
+    type. ``sampling.max_new_tokens`` is the completion budget (an environment's per-turn budget).
+    """
+
+    engine: RolloutEngine
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    sampling: Sampling
+    render: Callable[[str], str] | None = None
 
 
 def completion_mask_from_ids(completion_ids: Tensor, eos_id: int) -> Tensor:
@@ -230,6 +248,9 @@ def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
         turn_index=_cat_optional(
             [r.turn_index for r in rollouts], [r.completion_mask.long() - 1 for r in rollouts], T, -1
         ),
+        invalid_actions=None
+        if any(r.invalid_actions is None for r in rollouts)
+        else torch.cat([r.invalid_actions for r in rollouts]),
     )
 
 

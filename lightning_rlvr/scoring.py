@@ -477,7 +477,11 @@ class Scorer:
         prompts = [r.prompt_tokens(i) for i in rows]
         prefixes = [r.completion_ids[i, :c] for i, c in zip(rows, cuts)]
         problems = [r.problems[int(r.group[i])] for i in rows]
-        out = self.sampler(prompts, prefixes, problems, n)
+        if r.policy_mask is not None:  # episodes: the sampler replays the prefix's actions in the game
+            masks = [r.loss_mask[i, :c] for i, c in zip(rows, cuts)]
+            out = self.sampler(prompts, prefixes, problems, n, policy_masks=masks)
+        else:
+            out = self.sampler(prompts, prefixes, problems, n)
         self.forward_tokens += out.forward_tokens
         self.generated_tokens += out.generated_tokens
         return out.rewards

@@ -29,9 +29,8 @@ from transformers import AutoModelForCausalLM
 
 from lightning_rlvr.engines.base import RolloutEngine, Sampling
 from lightning_rlvr.engines.hf import HFGenerateEngine
-from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.models import PolicySource
-from lightning_rlvr.rollout import generate_rollout
+from lightning_rlvr.rollout import Sampler
 from lightning_rlvr.tasks.base import Task, safe_check
 
 log = logging.getLogger(__name__)
@@ -152,30 +151,40 @@ class WarmStart:
         engine: RolloutEngine | None = None,
         render: Callable[[str], str] | None = None,
     ) -> float:
-        """Sampled accuracy (one completion at temperature 1 per probe problem)."""
+        """Sampled accuracy (one sample at temperature 1 per probe problem), rolled out as RL will.
+
+        ``Task.rollout`` samples it: one completion, verified here, or one episode of an
+        environment (scored by the game, ``max_new_tokens`` per action).
+        """
         problems = [task.train_problem(EVAL_OFFSET + i) for i in range(self.eval_prompts)]
         sampling = Sampling(self.max_new_tokens)
-        rollout = generate_rollout(
-            engine or HFGenerateEngine(), model, tokenizer, problems, 1, sampling, render
-        )
+        sampler = Sampler(engine or HFGenerateEngine(), model, tokenizer, sampling, render)
+        rollout = task.rollout(sampler, problems, 1)
+        if rollout.correct is not None:  # scored by the task itself (episodes)
+            return float(rollout.correct.float().mean())
         correct = [safe_check(task, c, p)[0].correct for c, p in zip(rollout.completions, problems)]
         return sum(correct) / len(correct)
 
     def _batch(
-        self, tokenizer, task: Task, step: int, render: Callable[[str], str] | None = None
+        self, tokenizer, task: Task, step: int, render: Callable[[str], str] | None = None, memo=None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``batch_size`` worked examples (``Task.worked_example``), right-padded: ids, mask, labels.
+
+        ``memo`` keeps the examples of a finite training split (an environment replays its expert
+        episode to build one, so each is built once per warm start).
+        """
+        n = task.size("train")
         ids, labels = [], []
         for i in range(self.batch_size):
-            p = task.train_problem(step * self.batch_size + i)
-            if p.solution is None:
-                raise RLVRError(f"{type(task).__name__} has no worked solutions; disable model.warm_start")
-            text = render(p.prompt) if render else p.prompt  # as the rollouts will show it
-            prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
-            completion = tokenizer(p.solution, add_special_tokens=False)["input_ids"] + [
-                tokenizer.eos_token_id
-            ]
-            ids.append(prompt + completion)
-            labels.append([-100] * len(prompt) + completion)
+            index = step * self.batch_size + i
+            key = None if n is None or memo is None else index % n
+            if key is None or key not in memo:
+                example = task.worked_example(task.train_problem(index), tokenizer, render)
+                if key is not None:
+                    memo[key] = example
+            x, y = example if key is None else memo[key]
+            ids.append(x)
+            labels.append(y)
         length = max(map(len, ids))
         input_ids = torch.full((len(ids), length), tokenizer.pad_token_id)
         label_t = torch.full((len(ids), length), -100)
@@ -190,10 +199,10 @@ class WarmStart:
         device = next(model.parameters()).device
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr)
         model.train()
-        acc, step = self.accuracy(model, tokenizer, task, engine, render), 0
+        acc, step, memo = self.accuracy(model, tokenizer, task, engine, render), 0, {}
         bar = tqdm(total=self.max_steps, desc="warm start", leave=False, dynamic_ncols=True)
         while acc < self.min_accuracy and step < self.max_steps:
-            input_ids, mask, labels = (t.to(device) for t in self._batch(tokenizer, task, step, render))
+            input_ids, mask, labels = (t.to(device) for t in self._batch(tokenizer, task, step, render, memo))
             loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
             loss.backward()
             opt.step()

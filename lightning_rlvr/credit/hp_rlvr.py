@@ -43,6 +43,10 @@ most ``max_prompts`` entries keyed by a 64-bit blake2b hash of the prompt text
 so the default bound keeps the table under ~20 MB. The least recently used prompt is evicted first
 (and, if it comes back, restarts from the global mean).
 
+Episodes (multi-turn rollouts): a step ends with each action, so H_k holds the observation that
+answered action k, every later turn (actions and observations: the realised future) and the game's
+final verdict and feedback.
+
 Cost: one extra no-grad forward pass per (row, step) view through
 ``Scorer.compare``, of length |prompt| + |future| + |feedback| + |prefix|.
 """
@@ -215,7 +219,7 @@ class HPRLVRCredit(CreditAssigner):
             toks = rollout.completion_tokens(i)  # [L]
             if toks.numel() == 0:
                 continue
-            step = split_steps(torch.isin(toks, delim), self.max_steps)  # [L]
+            step = split_steps(self._step_ends(rollout, i, toks, delim), self.max_steps)  # [L]
             counts = torch.bincount(step)  # [K]
             ends = torch.cumsum(counts, 0).tolist()
             starts = [0] + ends[:-1]
@@ -230,6 +234,16 @@ class HPRLVRCredit(CreditAssigner):
                 rows.append(i)
                 spans.append((start, end))
         return contexts, rows, spans
+
+    @staticmethod
+    def _step_ends(rollout: Rollout, row: int, toks: Tensor, delim: Tensor) -> Tensor:
+        """[L] bool: tokens that end a step. Episodes: the last token of each action, so the hindsight
+        of an action holds the observation that answered it and every later turn; else delimiters."""
+        if rollout.turn_index is None:
+            return torch.isin(toks, delim)
+        m = rollout.loss_mask[row, : len(toks)].bool()  # [L]
+        nxt = torch.cat([m[1:], m.new_zeros(1)])
+        return m & ~nxt
 
     # ------------------------------------------------------------------ baseline table
     def _lookup(self, key: int) -> float:

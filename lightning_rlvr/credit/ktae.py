@@ -185,7 +185,7 @@ class KTAECredit(CreditAssigner):
         return out
 
     def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
-        ids, mask = rollout.completion_ids, rollout.completion_mask  # [N, T]
+        ids, mask = rollout.completion_ids, rollout.loss_mask  # [N, T] statistics of the policy's tokens
         correct = rollout.correct.bool().to(ids.device)  # [N]
         adv = self.group_advantages(rollout)  # [N]
         key = torch.zeros(ids.shape, dtype=torch.float64, device=ids.device)  # [N, T]

@@ -17,7 +17,9 @@ GRPO scales (``False``: raw value differences, as VinePPO uses them). A group
 whose rewards are all equal is not skipped: its segments keep their raw V
 differences (its std is 0), the only signal such a group carries.
 
-Boundaries are a constructor choice: ``segment="tokens"`` cuts every ``every``
+Episodes (multi-turn rollouts, ``rollout.turn_index`` set) are cut where each action starts, and a
+continuation replays the prefix's actions in the environment before playing on. Otherwise boundaries
+are a constructor choice: ``segment="tokens"`` cuts every ``every``
 tokens; ``segment="steps"`` cuts after each token whose text contains one of
 ``delimiters`` (a newline, or ";" in the addition task's carry chain). At most
 ``max_segments`` segments per rollout (evenly thinned interior cuts otherwise)
@@ -38,6 +40,7 @@ from typing import Literal
 import torch
 
 from lightning_rlvr.credit.base import Credit, CreditAssigner
+from lightning_rlvr.envs.episodes import turn_starts
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.objectives import group_mean_std
 from lightning_rlvr.rollout import Rollout
@@ -97,6 +100,18 @@ class MonteCarloCredit(CreditAssigner):
             cuts = [cuts[k] for k in sorted(set(keep))]
         return cuts
 
+    def turn_cuts(self, rollout: Rollout, row: int) -> list[int]:
+        """Cuts of an episode: where each action after the first starts (thinned to ``max_segments``).
+
+        A continuation replays the prefix's actions in the environment, so values are taken where
+        the policy is about to act; each segment is one turn: its action and the observation answering it.
+        """
+        cuts = turn_starts(rollout.loss_mask[row, : int(rollout.lengths[row])].tolist())
+        if len(cuts) > self.max_segments - 1:
+            keep = torch.linspace(0, len(cuts) - 1, self.max_segments - 1).round().long().tolist()
+            cuts = [cuts[k] for k in sorted(set(keep))]
+        return cuts
+
     # ------------------------------------------------------------------ values
     def values(self, rollout: Rollout, scorer: Scorer) -> tuple[list[list[float]], list[list[int]], int]:
         """Per row: V at its boundaries [V(0), V(b_1), ..., V(L)] and the boundaries [0, b_1, ..., L].
@@ -114,7 +129,8 @@ class MonteCarloCredit(CreditAssigner):
         for i in range(N):
             g = int(rollout.group[i])
             tokens = rollout.completion_ids[i, : lengths[i]].tolist()
-            bounds = [0, *self.cuts(tokens, scorer), lengths[i]] if lengths[i] else [0]
+            cuts = self.cuts(tokens, scorer) if rollout.turn_index is None else self.turn_cuts(rollout, i)
+            bounds = [0, *cuts, lengths[i]] if lengths[i] else [0]
             ks = [(g, tuple(tokens[:b])) for b in bounds[:-1]] if lengths[i] else [(g, ())]
             for key, b in zip(ks, bounds):
                 if key not in keys:

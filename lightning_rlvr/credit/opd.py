@@ -108,14 +108,13 @@ class OPDCredit(OPSDCredit):
 
     def load_teacher(self, student_model, student_tokenizer, task=None, device=None) -> None:
         """Load (and warm-start, when configured and ``task`` is given) the frozen teacher."""
-        model, tokenizer = self.teacher.load()
+        source = self.teacher if task is None else self.teacher.for_task(task)
+        model, tokenizer = source.load()
         check_same_vocabulary(student_model, student_tokenizer, model, tokenizer)
         if device is not None:
             model.to(device)
         if self.teacher_warm_start is not None and task is not None:
-            self.teacher_warm_start_summary = self.teacher_warm_start.run(
-                model, tokenizer, self.teacher, task
-            )
+            self.teacher_warm_start_summary = self.teacher_warm_start.run(model, tokenizer, source, task)
         model.eval().requires_grad_(False)
         self._teacher[:] = [model]
 

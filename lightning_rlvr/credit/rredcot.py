@@ -87,7 +87,7 @@ def candidate_boundaries(
     for pat in after_patterns:
         m = len(pat)
         if m:
-            cand[:, m:] |= match_starts(completion_ids, pat)
+            cand[:, m:] |= match_starts(completion_ids, pat)[:, : T + 1 - m]  # a match ends by T
     for variants in before_patterns:
         ends = torch.zeros(N, T + 1, dtype=torch.bool, device=completion_ids.device)  # keyword ends covered
         for pat in variants:
@@ -103,6 +103,19 @@ def candidate_boundaries(
     cand = cand[:, :T]
     pos = torch.arange(T, device=completion_ids.device)
     return cand & (pos > 0) & (pos < content_lengths[:, None])
+
+
+def turn_boundaries(policy_mask: Tensor, content_lengths: Tensor) -> Tensor:
+    """Segment starts of episodes: bool [N, T], True where an action after the first starts.
+
+    A segment is then one turn: the policy's action and the observation that answers it (the
+    default for multi-turn rollouts; ``RREDCoTCredit(segment_turns=False)`` keeps text boundaries).
+    """
+    m = policy_mask.bool()  # [N, T]
+    start = torch.zeros_like(m)
+    start[:, 1:] = m[:, 1:] & ~m[:, :-1]
+    pos = torch.arange(m.shape[1], device=m.device)
+    return start & (pos < content_lengths[:, None])
 
 
 def select_boundaries(candidates: Tensor, entropy: Tensor | None, num_segments: int) -> Tensor:
@@ -192,6 +205,8 @@ class RREDCoTCredit(CreditAssigner):
             the row's own scale, so weights do not depend on the magnitude of its values.
         last_value_is_reward: V after the last segment is the final reward [proposed]; when
             False, the model's value of the whole chain is used instead (one more query per row).
+        segment_turns: on multi-turn rollouts (``rollout.turn_index`` set) segments are turns
+            (each action with the observation answering it); False uses the text boundaries there too.
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
     """
 
@@ -203,6 +218,7 @@ class RREDCoTCredit(CreditAssigner):
         answer_cue: str = " The answer is ",
         delta_frac: float = 0.01,
         last_value_is_reward: bool = True,
+        segment_turns: bool = True,
         scale_by_std: bool = True,
     ) -> None:
         super().__init__(scale_by_std=scale_by_std)
@@ -214,6 +230,7 @@ class RREDCoTCredit(CreditAssigner):
         self.answer_cue = answer_cue
         self.delta_frac = delta_frac
         self.last_value_is_reward = last_value_is_reward
+        self.segment_turns = segment_turns
 
     # ------------------------------------------------------------------ segmentation
     def _patterns(self, scorer: Scorer) -> tuple[list[Tensor], list[list[Tensor]]]:
@@ -242,8 +259,11 @@ class RREDCoTCredit(CreditAssigner):
 
     def segment(self, rollout: Rollout, scorer: Scorer) -> Tensor:
         """Kept segment starts: bool [N, T] (at most ``num_segments - 1`` per row)."""
-        after, before = self._patterns(scorer)
-        cand = candidate_boundaries(rollout.completion_ids, self._content_lengths(rollout), after, before)
+        if self.segment_turns and getattr(rollout, "turn_index", None) is not None:
+            cand = turn_boundaries(rollout.loss_mask, self._content_lengths(rollout))
+        else:
+            after, before = self._patterns(scorer)
+            cand = candidate_boundaries(rollout.completion_ids, self._content_lengths(rollout), after, before)
         need_entropy = bool((cand.sum(-1) > self.num_segments - 1).any())
         entropy = scorer.policy().entropy if need_entropy else None  # [N, T]
         return select_boundaries(cand, entropy, self.num_segments)

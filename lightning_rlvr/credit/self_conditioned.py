@@ -270,7 +270,7 @@ class SelfConditionedCredit(CreditAssigner):
 
 
 def span_mask(rollout: Rollout, rows: Sequence[int], spans: Sequence[tuple[int, int]]) -> Tensor:
-    """[N, T] bool: the completion tokens covered by the views (and inside the completion mask)."""
+    """[N, T] bool: the policy's tokens covered by the views (``loss_mask``: observations excluded)."""
     N, T = rollout.completion_ids.shape
     t = torch.arange(T, device=rollout.completion_ids.device)
     out = torch.zeros(N, T, dtype=torch.bool, device=t.device)
@@ -279,4 +279,4 @@ def span_mask(rollout: Rollout, rows: Sequence[int], spans: Sequence[tuple[int, 
         s = torch.as_tensor([a for a, _ in spans], device=t.device)
         e = torch.as_tensor([b for _, b in spans], device=t.device)
         out[r] = (t[None] >= s[:, None]) & (t[None] < e[:, None])  # [n, T]
-    return out & rollout.completion_mask.bool()
+    return out & rollout.loss_mask.bool()

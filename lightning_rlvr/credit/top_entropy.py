@@ -56,7 +56,7 @@ class TopEntropyCredit(CreditAssigner):
         return (entropy >= tau) & valid, float(tau)
 
     def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
-        mask = rollout.completion_mask  # [N, T]
+        mask = rollout.loss_mask  # [N, T] the policy's tokens (observations are not its choices)
         entropy = scorer.policy().entropy.to(mask.device)  # [N, T] rollout-time entropies
         keep, tau = self.select(entropy, mask)  # [N, T] bool
         adv = self.group_advantages(rollout)  # [N]

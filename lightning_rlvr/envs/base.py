@@ -14,6 +14,11 @@ An action the game cannot parse is a move like any other: the environment answer
 error observation. ``safe_step`` turns an adapter that raises into an observation that ends the episode
 with reward 0, so a broken game never stops training.
 
+Training asks the task how to roll out (``Task.rollout``): an environment plays ``group_size`` episodes
+of each problem through ``run_episodes``, one call of the module's rollout engine per turn over every
+live episode, and returns them scored by the game's verdicts. The warm start trains on the expert's
+episodes (``worked_example``) and ``rollout_metrics`` reports success, turns and invalid actions.
+
 ``check(completion, problem)`` replays a completion as one action per line, so a single-turn policy (or
 the worked ``Problem.solution``, the expert's actions joined by newlines) is scored by the same rules.
 """
@@ -21,8 +26,12 @@ the worked ``Problem.solution``, the expert's actions joined by newlines) is sco
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 from lightning_rlvr.tasks.base import Problem, Task, Verdict
+
+if TYPE_CHECKING:
+    from lightning_rlvr.rollout import Rollout, Sampler
 
 
 class Environment(Task):
@@ -56,6 +65,50 @@ class Environment(Task):
 
     def close(self) -> None:
         """Release the episode's resources (a game process); the environment stays usable."""
+
+    def is_invalid(self, action: str, observation: str) -> bool:
+        """Whether the game could not carry out ``action`` (it answered ``observation``); counted per episode.
+
+        The default knows no invalid action; adapters say it from their game's own signals.
+        """
+        return False
+
+    # -- training: how the module rolls out, warm-starts and reports an environment ---------------
+
+    def rollout(self, sampler: Sampler, problems: list[Problem], group_size: int) -> Rollout:
+        """``group_size`` scored episodes of each problem, one engine call per turn (``run_episodes``).
+
+        ``sampler.sampling.max_new_tokens`` is the budget of one action; an action ends at EOS or
+        at its first newline. Episodes stop before the context outgrows the model's positions.
+        """
+        from lightning_rlvr.envs.episodes import engine_generate, run_episodes
+
+        generate = engine_generate(sampler.engine, sampler.model, sampler.tokenizer, sampler.sampling)
+        positions = getattr(getattr(sampler.model, "config", None), "max_position_embeddings", None)
+        return run_episodes(
+            self, problems, group_size, generate, sampler.tokenizer,
+            max_new_tokens_per_turn=sampler.sampling.max_new_tokens,
+            render=sampler.render,
+            max_context_tokens=positions,
+        )  # fmt: skip
+
+    def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
+        """``success`` (share of won episodes), ``turns`` (mean per episode), ``invalid_actions`` (mean)."""
+        turns = (rollout.turn_index.max(-1).values + 1).clamp(min=1).float()  # [N]
+        metrics = {"success": float(rollout.correct.float().mean()), "turns": float(turns.mean())}
+        if rollout.invalid_actions is not None:
+            metrics["invalid_actions"] = float(rollout.invalid_actions.float().mean())
+        return metrics
+
+    def worked_example(self, problem: Problem, tokenizer, render=None) -> tuple[list[int], list[int]]:
+        """The expert's episode (``expert_rollout``): labels on the expert's actions only."""
+        from lightning_rlvr.envs.episodes import expert_rollout
+
+        r = expert_rollout(self, [problem], tokenizer, render=render)
+        prompt, n = r.prompt_tokens(0).tolist(), int(r.completion_mask[0].sum())
+        completion = r.completion_ids[0, :n].tolist()
+        labels = [t if int(m) else -100 for t, m in zip(completion, r.loss_mask[0, :n].tolist())]
+        return prompt + completion, [-100] * len(prompt) + labels
 
     def vocabulary_texts(self, split: str = "train", limit: int = 64) -> list[str]:
         """Texts whose words the offline tokenizer should know (observations, commands, objects).

@@ -25,14 +25,17 @@ engine plugs in there; ``hf_generate`` builds one from a Hugging Face model for 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from lightning_rlvr.engines.base import RolloutEngine, Sampling
 from lightning_rlvr.envs.base import Environment, safe_reset, safe_step
 from lightning_rlvr.rollout import Rollout, concat_rollouts
+from lightning_rlvr.scoring import left_pad
 from lightning_rlvr.tasks.base import Problem, Verdict
 
 Generate = Callable[[list[list[int]]], list[list[int]]]
@@ -69,8 +72,9 @@ def run_episodes(
         max_new_tokens_per_turn: an action longer than this is cut (the generator should stop there).
         render: turns the first observation into the prompt text (e.g. a chat template).
         observation_format: how an observation is written into the interaction after an action.
-        max_context_tokens: end an episode (as at the turn limit) once its context reaches this length,
-            so it still fits the model's positions; None for no limit.
+        max_context_tokens: end an episode (as at the turn limit) once its context reaches this length
+            or the next turn (observation plus a full action) would not fit under it, so it still
+            fits the model's positions; None for no limit.
     """
     max_turns = env.max_turns if max_turns is None else max_turns
     if max_turns < 1:
@@ -83,6 +87,7 @@ def run_episodes(
     policy: list[list[int]] = [[] for _ in rows]
     turns: list[list[int]] = [[] for _ in rows]
     verdicts: list[Verdict | None] = [None for _ in rows]
+    invalid = [0 for _ in rows]  # actions the environment says it could not carry out
     try:
         for turn in range(max_turns):
             live = [i for i, v in enumerate(verdicts) if v is None]
@@ -94,22 +99,35 @@ def run_episodes(
             for i, ids in zip(live, actions):
                 ids = list(ids)[:max_new_tokens_per_turn]
                 _extend(tokens[i], policy[i], turns[i], ids, 1, turn)
-                obs, done, verdict = safe_step(envs[i], action_text(tokenizer, ids))
+                action = action_text(tokenizer, ids)
+                obs, done, verdict = safe_step(envs[i], action)
+                invalid[i] += int(_is_invalid(envs[i], action, obs))
                 if done:
                     verdicts[i] = verdict
                     continue
-                full = (
-                    max_context_tokens is not None and len(prompts[i]) + len(tokens[i]) >= max_context_tokens
+                obs_ids = _encode(tokenizer, observation_format.format(observation=obs))
+                used = len(prompts[i]) + len(tokens[i])
+                full = max_context_tokens is not None and (
+                    used >= max_context_tokens
+                    or used + len(obs_ids) + max_new_tokens_per_turn > max_context_tokens
                 )
                 if turn == max_turns - 1 or full:
                     verdicts[i] = envs[i].verdict_at_limit()
                     continue
-                obs_ids = _encode(tokenizer, observation_format.format(observation=obs))
                 _extend(tokens[i], policy[i], turns[i], obs_ids, 0, turn)
     finally:
         for e in envs:
             e.close()
-    return _rollout(tokenizer, problems, group_size, prompts, tokens, policy, turns, verdicts)
+    out = _rollout(tokenizer, problems, group_size, prompts, tokens, policy, turns, verdicts)
+    out.invalid_actions = torch.tensor(invalid, dtype=torch.float32)
+    return out
+
+
+def _is_invalid(env: Environment, action: str, observation: str) -> bool:
+    try:
+        return bool(env.is_invalid(action, observation))
+    except Exception:  # noqa: BLE001 - a metric must never stop an episode
+        return False
 
 
 def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
@@ -200,6 +218,37 @@ def hf_generate(
     return generate
 
 
+@functools.cache
+def line_end_ids(tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """Token ids whose text contains a newline (an action is one line), decoded once per tokenizer."""
+    special = set(tokenizer.all_special_ids)
+    vocab = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+    return frozenset(i for i, text in enumerate(vocab) if "\n" in text and i not in special)
+
+
+def engine_generate(
+    engine: RolloutEngine, model, tokenizer: PreTrainedTokenizerBase, sampling: Sampling
+) -> Generate:
+    """A ``generate`` callable backed by a ``RolloutEngine``: one engine call per turn over every context.
+
+    The engine samples up to ``sampling.max_new_tokens`` tokens per context and stops a row at
+    EOS; the action is then cut after its first EOS or newline token (an action is one line; the
+    stop token is kept, as the policy chose it). Engines know one stop id, so a row that writes a
+    newline keeps sampling to EOS or the budget and the rest is dropped: a per-turn budget of a
+    few dozen tokens bounds that waste.
+    """
+    stops = {tokenizer.eos_token_id, *line_end_ids(tokenizer)}
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+
+    def generate(contexts: list[list[int]]) -> list[list[int]]:
+        device = next(model.parameters()).device
+        ids, mask = left_pad([torch.tensor(c, dtype=torch.long, device=device) for c in contexts], pad)
+        out = engine.generate(model, ids, mask, 1, sampling, pad, eos).completion_ids  # [n, <= budget]
+        return [_cut(row.tolist(), stops) for row in out]
+
+    return generate
+
+
 def _cut(ids: list[int], stops: set[int]) -> list[int]:
     for k, t in enumerate(ids):
         if t in stops:
@@ -229,6 +278,47 @@ def expert_rollout(
         kwargs.setdefault("max_new_tokens_per_turn", 10**6)
         parts.append(run_episodes(env, [problem], 1, play, tokenizer, **kwargs))
     return concat_rollouts(parts)
+
+
+def turn_starts(policy_mask: Sequence[int]) -> list[int]:
+    """Where each action after the first starts: positions t > 0 with policy_mask[t] = 1 after a 0."""
+    m = list(policy_mask)
+    return [t for t in range(1, len(m)) if m[t] and not m[t - 1]]
+
+
+def continue_episodes(
+    env: Environment,
+    problem: Problem,
+    prefix: Sequence[int],
+    prefix_policy: Sequence[int],
+    n: int,
+    generate: Generate,
+    tokenizer: PreTrainedTokenizerBase,
+    **kwargs,
+) -> Rollout:
+    """``n`` episodes of ``problem`` that replay the actions of an episode's ``prefix``, then play on.
+
+    Monte-Carlo values of multi-turn episodes: the environment is deterministic, so replaying the
+    prefix's actions (the runs where ``prefix_policy`` is 1) reproduces its tokens, and the episodes
+    continue from there with ``generate``. A prefix that ends inside a turn is replayed up to that
+    turn's start (the value of a turn is taken where the policy is about to act). ``kwargs`` go to
+    ``run_episodes``.
+    """
+    m = list(prefix_policy)
+    ends = [t for t in range(len(m)) if m[t] and (t + 1 == len(m) or not m[t + 1])]  # last token of actions
+    starts = [t for t in range(len(m)) if m[t] and (t == 0 or not m[t - 1])]
+    complete = [(s, e) for s, e in zip(starts, ends) if e + 1 < len(m)]  # answered by an observation
+    actions = [list(prefix[s : e + 1]) for s, e in complete]
+    calls = 0
+
+    def replay(contexts: list[list[int]]) -> list[list[int]]:
+        nonlocal calls
+        calls += 1
+        if calls <= len(actions):
+            return [actions[calls - 1]] * len(contexts)
+        return generate(contexts)
+
+    return run_episodes(env, [problem], n, replay, tokenizer, **kwargs)
 
 
 def policy_tokens(rollout: Rollout, row: int) -> Tensor:

@@ -10,7 +10,9 @@ loads games in a fraction of a second each.
 
 Splits are disjoint by construction twice over: game ``i`` of a split has a seed hashed from
 ``(seed, split, i)``, and the generator's own food split (``train`` / ``valid`` / ``test``) gives each
-split ingredients the others never use.
+split ingredients the others never use (``ingredients="split"``, the default). ``ingredients="train"``
+draws every split's food from the generator's train list instead: held-out games are still new games
+(their own seeds), with ingredients a small model's word vocabulary knows (the agent quickstart).
 
 An episode runs the compiled game. Observations are trimmed: TextWorld's text carries an ASCII-art
 banner, a status line and room descriptions padded with jokes; ``trim_observation`` drops the banner
@@ -35,6 +37,7 @@ import re
 import shutil
 import time
 from pathlib import Path
+from typing import Literal
 
 from lightning_rlvr.envs.base import Environment
 from lightning_rlvr.errors import RLVRError
@@ -91,6 +94,8 @@ class TextWorldCooking(Environment):
         max_turns: the turn limit of an episode.
         show_commands: list the admissible commands after each observation.
         max_observation_words: cap on an observation's words after trimming.
+        ingredients: ``split``: each split has its own foods (the generator's split); ``train``: every
+            split uses the train foods (held-out games, known words).
     """
 
     def __init__(
@@ -108,9 +113,12 @@ class TextWorldCooking(Environment):
         max_turns: int = 12,
         show_commands: bool = True,
         max_observation_words: int = 80,
+        ingredients: Literal["split", "train"] = "split",
     ) -> None:
         if rooms not in ROOM_CHOICES:
             raise RLVRError(f"TextWorldCooking rooms={rooms}: the generator supports {ROOM_CHOICES}")
+        if ingredients not in ("split", "train"):
+            raise RLVRError(f"TextWorldCooking ingredients={ingredients!r}: expected 'split' or 'train'")
         if not 0 <= take <= recipe:
             raise RLVRError(f"TextWorldCooking take={take} must be between 0 and recipe={recipe}")
         self.train_games = train_games
@@ -126,9 +134,11 @@ class TextWorldCooking(Environment):
         self.max_turns = max_turns
         self.show_commands = show_commands
         self.max_observation_words = max_observation_words
+        self.ingredients = ingredients
         self._game = None  # the running episode's textworld environment (replaced by reset)
         self._names: list[str] = []
         self._commands: list[str] = []  # the admissible commands of the last observation
+        self._invalid = False  # whether the last action was not one of them
 
     # -- the pool -------------------------------------------------------------------------------
 
@@ -145,14 +155,17 @@ class TextWorldCooking(Environment):
             "cut": self.cut,
             "drop": False,
             "recipe_seed": int.from_bytes(h[4:], "little") % 2**31 + 1,  # 0 means "random" to the generator
-            "split": FOOD_SPLIT[split],
+            "split": FOOD_SPLIT[split if self.ingredients == "split" else "train"],
             "game_seed": game_seed,
         }
 
     def pool_dir(self) -> Path:
         from lightning_rlvr.warmstart import cache_root  # lazy: warmstart imports the whole stack
 
-        blob = json.dumps([self.seed, self.rooms, self.recipe, self.take, self.open, self.cook, self.cut])
+        knobs = [self.seed, self.rooms, self.recipe, self.take, self.open, self.cook, self.cut]
+        if self.ingredients != "split":  # the default adds nothing: existing pools keep their key
+            knobs.append(self.ingredients)
+        blob = json.dumps(knobs)
         key = hashlib.sha256(f"{blob}:{_textworld_version()}:{POOL_FORMAT}".encode()).hexdigest()[:16]
         return cache_root() / "textworld" / key
 
@@ -223,6 +236,7 @@ class TextWorldCooking(Environment):
             raise RuntimeError("step before reset")
         # The interpreter (frotz) reads "\x" as its own meta-command (\q quits it): never pass one on.
         action = " ".join(action.replace("\\", " ").split())
+        self._invalid = action not in self._commands  # not one the game listed as admissible
         if action.split()[:1] and action.split()[0].lower() in META_VERBS:
             return "That command is not available in this game." + self._commands_suffix(), False, None
         state, _, done = self._game.step(action)
@@ -232,6 +246,10 @@ class TextWorldCooking(Environment):
         won = bool(state.won)
         final = trim_observation(state.feedback, self._names, self.max_observation_words)
         return obs, True, Verdict(1.0 if won else 0.0, final, correct=won)
+
+    def is_invalid(self, action: str, observation: str) -> bool:
+        """The last action was not among the game's admissible commands (the game could not do it)."""
+        return self._invalid
 
     def close(self) -> None:
         if self._game is not None:

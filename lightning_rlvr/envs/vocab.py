@@ -15,6 +15,7 @@ and more positions (an episode's context holds every turn's action and observati
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import string
@@ -26,6 +27,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from lightning_rlvr.envs.base import Environment
+from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.models import SPECIAL_TOKENS, PolicySource, small_llama
 
 PIECE = r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]|\n| "  # a word, a digit, a symbol (each with its space)
@@ -77,7 +79,8 @@ class TextPolicy(PolicySource):
     """A Llama-style model built in code with a tokenizer of ``env``'s words.
 
     Args:
-        env: the environment whose texts give the vocabulary (its ``train`` split only).
+        env: the environment whose texts give the vocabulary (its ``train`` split only); None: the
+            task the module trains on (``for_task``), so a config names the environment once.
         layers: transformer blocks.
         hidden: model width.
         heads: attention heads.
@@ -90,7 +93,7 @@ class TextPolicy(PolicySource):
 
     def __init__(
         self,
-        env: Environment,
+        env: Environment | None = None,
         layers: int = 2,
         hidden: int = 128,
         heads: int = 4,
@@ -110,7 +113,18 @@ class TextPolicy(PolicySource):
         self.vocab_games = vocab_games
         self.seed = seed
 
+    def for_task(self, task) -> TextPolicy:
+        if self.env is not None:
+            return self
+        if not isinstance(task, Environment):
+            raise RLVRError(f"TextPolicy without env needs an environment task, got {type(task).__name__}")
+        twin = copy.copy(self)
+        twin.env = task
+        return twin
+
     def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+        if self.env is None:
+            raise RLVRError("TextPolicy has no env: pass one, or let RLVRModule bind its task (for_task)")
         tokenizer = tokenizer_for(self.env, self.max_vocab, self.vocab_games)
         return small_llama(self, tokenizer), tokenizer
 

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from lightning_rlvr.errors import RLVRError
+
+if TYPE_CHECKING:  # rollout.py imports this module
+    from lightning_rlvr.rollout import Rollout, Sampler
 
 SPLITS = ("train", "val", "test")
 
@@ -104,6 +109,37 @@ class Task:
         is correct, or when the task cannot tell (the default).
         """
         return None
+
+    def rollout(self, sampler: Sampler, problems: list[Problem], group_size: int) -> Rollout:
+        """``group_size`` samples of each problem: the one place a task says how it is rolled out.
+
+        A task answers in one completion: the engine samples it and the module verifies it
+        afterwards (``rewards`` stay None here). An ``Environment`` overrides this to play
+        episodes and returns them already scored.
+        """
+        from lightning_rlvr.rollout import generate_rollout
+
+        s = sampler
+        return generate_rollout(s.engine, s.model, s.tokenizer, problems, group_size, s.sampling, s.render)
+
+    def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
+        """Extra ``train/<name>`` metrics of a rollout of this task (environments: turns, success)."""
+        return {}
+
+    def worked_example(self, problem: Problem, tokenizer, render=None) -> tuple[list[int], list[int]]:
+        """The warm start's sequence of ``problem``: token ids and labels (-100 where no loss applies).
+
+        The prompt as the rollouts show it, then the worked solution and EOS, with labels on the
+        solution only. An ``Environment`` returns the expert's whole episode instead.
+        """
+        if problem.solution is None:
+            raise RLVRError(f"{type(self).__name__} has no worked solutions; disable model.warm_start")
+        text = render(problem.prompt) if render else problem.prompt  # as the rollouts will show it
+        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+        completion = tokenizer(problem.solution, add_special_tokens=False)["input_ids"] + [
+            tokenizer.eos_token_id
+        ]
+        return prompt + completion, [-100] * len(prompt) + completion
 
     def train_problem(self, step_index: int) -> Problem:
         """The problem at position ``step_index`` of the training stream (cycles a finite split)."""
