@@ -20,6 +20,11 @@ with the credit assigner) exactly when the update needs them: the policy moves
 between updates of one rollout (ppo_epochs > 1 or minibatches > 1) or the loss
 asks (TIS with the engine's log-probs). Otherwise the importance ratio is 1 at
 the only update and the detached current log-probs stand in for them.
+A credit method that reads hidden states (SHEAR) would then pay for a whole
+pass of its own; instead the update's forward runs before the credit
+(``fused_policy_pass``) and its detached outputs fill the scorer's pass.
+Every pass over the rollout (scoring, reference, update) is padding-free:
+length-sorted micro-batches, each cut to its longest row (``packing.py``).
 Validation and test (pass@k, and maj@k for tasks with a final answer, on
 held-out prompts under a forked RNG so evaluation never shifts training) live
 in ``evaluation.py``.
@@ -64,7 +69,7 @@ from lightning_rlvr.warmstart import WarmStart
 
 log = logging.getLogger(__name__)
 
-MICRO_BATCH_TOKENS = 2048  # default padded tokens per forward (measured: benchmarks/step_time.py)
+MICRO_BATCH_TOKENS = 1024  # default padded tokens per forward (measured on the quickstart: packing.py)
 
 
 class RLVRModule(Evaluation, LightningModule):
