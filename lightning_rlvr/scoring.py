@@ -245,17 +245,17 @@ class Scorer:
         for mb, logits, states in parts:
             logits = logits.float()  # [m, T_m, V]
             m_mask = mask[mb.rows, : mb.width]  # [m, T_m]
-            place(logp, mb, token_logprobs(logits, r.completion_ids[mb.rows, : mb.width]) * m_mask)
-            place(ent, mb, entropy_from_logits(logits) * m_mask)
+            place(logp, mb, token_logprobs(logits, r.completion_ids[mb.rows, : mb.width]).where(m_mask, 0.0))
+            place(ent, mb, entropy_from_logits(logits).where(m_mask, 0.0))
             if hidden:
                 if hids is None:
                     hids = logp.new_zeros(N, T, states.shape[-1])
-                place(hids, mb, states.float() * m_mask[..., None])
+                place(hids, mb, states.float().where(m_mask[..., None], 0.0))
             V = logits.shape[-1]
             if dists is None and N * T * V * 4 <= self.cache_bytes:
                 dists = logp.new_zeros(N, T, V)
             if dists is not None:
-                place(dists, mb, F.log_softmax(logits, dim=-1) * m_mask[..., None])
+                place(dists, mb, F.log_softmax(logits, dim=-1).where(m_mask[..., None], 0.0))
         if hidden and hids is None:  # no micro-batch had a row (an empty rollout on this rank)
             hids = logp.new_zeros(N, T, 0)
         self._pass = PolicyPass(logp=logp, entropy=ent, hidden=hids)
