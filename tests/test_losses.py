@@ -188,12 +188,12 @@ class Recording(RLVRModule):
             rollout.engine_logp = torch.full(rollout.completion_ids.shape, self.engine_logp_value)
         return rollout, errors, stats
 
-    def update(self, rollout, credit, old_logp, ref_logp):
+    def update(self, rollout, credit, old_logp, ref_logp, forwards=None):
         self.old_logp = old_logp
         self.fresh_logp = (
             Scorer(self.model, rollout, micro_batch_size=8).policy().logp
         )  # weights not yet moved
-        self.stats = super().update(rollout, credit, old_logp, ref_logp)
+        self.stats = super().update(rollout, credit, old_logp, ref_logp, forwards)
         return self.stats
 
 
