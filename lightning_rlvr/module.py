@@ -17,9 +17,10 @@ Each training step, top to bottom:
 
 Rollout-time log-probs come from one no-grad pass (``Scorer.policy``, shared
 with the credit assigner) exactly when the update needs them: the policy moves
-between updates of one rollout (ppo_epochs > 1 or minibatches > 1) or the loss
-asks (TIS with the engine's log-probs). Otherwise the importance ratio is 1 at
-the only update and the detached current log-probs stand in for them.
+between updates of one rollout (ppo_epochs > 1 or minibatches > 1), or the loss
+asks (TIS compares them with the engine's) and the model has dropout. Otherwise
+the weights at the only update are the rollout's, so the update's own detached
+log-probs are the rollout-time ones: the importance ratio is 1 and TIS reads them.
 A credit method that reads hidden states (SHEAR) would then pay for a whole
 pass of its own; instead the update's forward runs before the credit
 (``fused_policy_pass``) and its detached outputs fill the scorer's pass.
@@ -306,7 +307,8 @@ class RLVRModule(Evaluation, LightningModule):
         sampler = EngineSampler.of(self)  # continuations for Monte-Carlo credit (sampled only on request)
         scorer = self.scorer(self.model, rollout, sampler=sampler)
         old_logp = None  # [N, T] rollout-time log-probs, when the update needs them (module docstring)
-        if self.ppo_epochs > 1 or self.minibatches > 1 or self.loss.needs_old_logp(rollout.engine_logp):
+        moves = self.ppo_epochs > 1 or self.minibatches > 1  # the policy changes between updates
+        if moves or (self.loss.needs_old_logp(rollout.engine_logp) and not same_in_train_mode(self.model)):
             old_logp = scorer.policy(hidden=self.credit.uses_hidden_states).logp  # shared with the credit
         forwards = None  # the update's own forwards, run now when they can serve the credit's hidden states
         if old_logp is None and self.credit.uses_hidden_states and self.fuse_policy_pass:
