@@ -106,9 +106,9 @@ def bucket_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Per-position entropy of softmax(logits): [..., T]."""
+    """Per-position entropy of softmax(logits): [..., T]. A -inf logit (a masked token) adds 0 log 0 = 0."""
     logp = F.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
+    return -(logp.exp() * logp).where(logp > float("-inf"), 0.0).sum(-1)
 
 
 def left_pad(seqs: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
