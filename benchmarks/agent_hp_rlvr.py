@@ -166,7 +166,8 @@ def _f(row: dict[str, str], key: str) -> float | None:
 
 
 def read_metrics(path: Path, run: Run) -> Run:
-    """Fill ``run`` from a CSVLogger metrics.csv (the first val row, at step 0, is the pre-RL baseline)."""
+    """Fill ``run`` from a CSVLogger metrics.csv (rows in logging order; a val row before any train row
+    is the pre-RL baseline, logged at step 0 when ``model.validate_at_start``)."""
     rows = list(csv.DictReader(path.open()))
     train = {int(r["step"]): r for r in rows if r.get("time/rollout_s")}
     for s in sorted(train):
@@ -182,8 +183,11 @@ def read_metrics(path: Path, run: Run) -> Run:
             v = _f(r, key)
             if v is not None:
                 out.append(v)
-    vals = [r for r in rows if r.get("val/pass@1")]
-    pairs = [(0 if i == 0 else int(r["step"]) + 1, float(r["val/pass@1"])) for i, r in enumerate(vals)]
+    pairs, trained = [], False  # a val row before any train row is the pre-RL one (validate_at_start)
+    for r in rows:
+        trained = trained or bool(r.get("time/rollout_s"))
+        if r.get("val/pass@1"):
+            pairs.append((int(r["step"]) + 1 if trained else 0, float(r["val/pass@1"])))
     pairs.sort(key=lambda p: p[0])
     run.val_steps, run.val = [p[0] for p in pairs], [p[1] for p in pairs]
     return run
@@ -308,7 +312,7 @@ def summarize(runs: list[Run], target: float) -> str:
                 m,
                 f"{rs[0].plan.batch_size} x {rs[0].plan.max_steps}",
                 rs[0].plan.episodes,
-                interval([r.val[0] for r in rs]),
+                interval([r.val[0] for r in rs if r.val_steps[:1] == [0]]),
                 interval([r.val[-1] for r in rs]),
                 interval([r.test for r in rs]),
                 interval([r.val_within(equal_t) for r in rs]),

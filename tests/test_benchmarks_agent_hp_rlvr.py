@@ -41,13 +41,13 @@ def test_plan_rejects_a_group_that_does_not_divide_and_an_unknown_budget() -> No
 
 
 def _write_metrics(path: Path, step_s: list[float], zero: list[float], vals: list[tuple[int, float]]) -> None:
-    """A CSVLogger-like metrics.csv: a pre-RL val row, one train row per step, val rows after steps."""
+    """A CSVLogger-like metrics.csv: a pre-RL val row (if vals has step 0), a train row per step, val rows."""
     keys = ["step", "time/rollout_s", "time/update_s", "train/zero_grad_frac", "train/success", "val/pass@1"]
-    rows = [{"step": 0, "val/pass@1": vals[0][1]}]
+    rows = [{"step": 0, "val/pass@1": v} for done, v in vals if done == 0]
     for s, (dt, z) in enumerate(zip(step_s, zero)):
         rows.append({"step": s, "time/rollout_s": dt / 2, "time/update_s": dt / 2, "train/zero_grad_frac": z,
                      "train/success": 0.5})  # fmt: skip
-        rows += [{"step": s, "val/pass@1": v} for done, v in vals[1:] if done == s + 1]
+        rows += [{"step": s, "val/pass@1": v} for done, v in vals if done == s + 1]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, keys)
@@ -55,7 +55,8 @@ def _write_metrics(path: Path, step_s: list[float], zero: list[float], vals: lis
         w.writerows(rows)
 
 
-def test_runs_are_read_back_and_summarised_with_paired_differences(tmp_path: Path) -> None:
+@pytest.mark.parametrize("validate_at_start", [True, False])
+def test_runs_are_read_back_and_summarised(tmp_path: Path, validate_at_start: bool) -> None:
     rng = random.Random(0)
     runs = []
     for method, (_, _, group) in bench.METHODS.items():
@@ -63,7 +64,8 @@ def test_runs_are_read_back_and_summarised_with_paired_differences(tmp_path: Pat
         for seed in range(3):
             step_s = [rng.uniform(1, 5) for _ in range(plan.max_steps)]
             zero = [float(rng.random() < 0.5) for _ in range(plan.max_steps)]
-            vals = [(s, round(rng.random() * 32) / 32) for s in range(0, plan.max_steps + 1, plan.val_every)]
+            first = 0 if validate_at_start else plan.val_every
+            vals = [(s, rng.randint(0, 32) / 32) for s in range(first, plan.max_steps + 1, plan.val_every)]
             path = tmp_path / f"{method}{seed}" / "metrics.csv"
             _write_metrics(path, step_s, zero, vals)
             run = bench.read_metrics(path, bench.Run(method, seed, plan))
@@ -85,5 +87,5 @@ def test_runs_are_read_back_and_summarised_with_paired_differences(tmp_path: Pat
     for method in bench.METHODS:
         assert f"| {method} | " in text
     target = bench.default_target(runs)
-    base = sum(r.val[0] for r in runs) / len(runs)
+    base = sum(r.val[0] for r in runs) / len(runs) if validate_at_start else 0.0
     assert base + 0.1 <= target < base + 0.1 + 1 / 32 + 1e-9 or target == 1.0
