@@ -24,13 +24,14 @@ Training time = the sum of the logged rollout, scoring, credit and update second
 testing and process start excluded). GRPO's update records hold B prompts each, so one is exactly zero
 only when all B groups are (``train/frac_zero_std`` = 1 on that step).
 
-Cost (measured on the shared 2-core machine, load ~4, 32 episodes a step): GRPO ~15 s a step;
-HP-RLVR ~55 s, of which ~37 s is its credit: one hindsight forward per (episode, action), ~250k
-extra tokens a step on ~600-token episodes. A validation pass (8 games x 4 episodes) ~15 s, a
-process start ~20 s. Default (6 GRPO steps, 3 seeds): ~3.5 min per GRPO run and ~7.5 min per
-HP-RLVR run, ~35 min in all with the pool and warm start cached (a fresh cache adds ~8 min once).
+Cost (measured on the shared 2-core machine, load ~4, 32 episodes a step): GRPO ~8-15 s a step;
+HP-RLVR ~30-55 s, of which ~18-37 s is its credit: one hindsight forward per (episode, action),
+~230-250k extra tokens a step on ~600-token episodes. With 4 GRPO steps a GRPO fit + test took
+72-90 s and an HP-RLVR one 162-170 s. Default (10 GRPO steps, 3 seeds): ~2.5-3 min per GRPO run and
+~6-7 min per HP-RLVR run, ~30 min in all with the pool and warm start cached (a fresh cache adds
+~8 min once).
 
-    OMP_NUM_THREADS=1 python benchmarks/agent_hp_rlvr.py                          # default: ~35 min
+    OMP_NUM_THREADS=1 python benchmarks/agent_hp_rlvr.py                          # default: ~30 min
     OMP_NUM_THREADS=1 python benchmarks/agent_hp_rlvr.py --grpo_steps 40 --val_every 5   # bigger
     OMP_NUM_THREADS=1 python benchmarks/agent_hp_rlvr.py --grpo_steps 2 --val_every 1 \\
         --out /tmp/agent_smoke --workdir /tmp/agent_smoke_runs                     # smoke run
@@ -450,7 +451,7 @@ def plot(runs: list[Run], target: float, path: Path) -> bool:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--grpo_steps", type=int, default=6, help="GRPO's RL steps (sets the episode budget)")
+    p.add_argument("--grpo_steps", type=int, default=10, help="GRPO's RL steps (sets the episode budget)")
     p.add_argument("--val_every", type=int, default=2, help="GRPO's validation interval in steps")
     p.add_argument("--batch_size", type=int, default=4, help="GRPO's prompts per step")
     p.add_argument(
