@@ -199,7 +199,6 @@ def test_hp_rlvr_hindsight_holds_the_future_turns_and_the_final_feedback():
 
 
 # ---------------------------------------------------------------- exact resume
-@pytest.mark.xfail(strict=True, reason="known: a resumed fit on episodes diverges from step 3 (open)")
 def test_resume_on_episodes_matches_an_uninterrupted_run(run_cli, tmp_path):
     configs = (QUICKSTART, TINY, TINY_ENV)
     straight = run_cli("fit", "--trainer.max_steps", "4", configs=configs, root=tmp_path / "straight")
