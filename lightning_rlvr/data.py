@@ -5,12 +5,20 @@ checkpoint's hyperparameters alone); this data module only decides how many
 prompts a step or an evaluation batch holds. The training stream is a pure
 function of the step: batch ``s`` holds problems ``s*B .. s*B+B-1`` of the
 train split, so resuming at step ``s`` continues the same stream exactly.
+
+Every loader draws from its own ``torch.Generator``, never from the global RNG: a
+``DataLoader`` takes a worker base seed from its generator each time it is iterated,
+i.e. at every validation. From the global stream that draw would fall between the
+checkpoint (saved at the end of a step, RNG captured) and the next step's rollout in
+an uninterrupted run but not in a resumed one, and the resumed fit would sample
+differently from its first step on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
@@ -20,6 +28,11 @@ from lightning_rlvr.tasks.base import Problem, Task
 
 def _as_list(batch: list[Problem]) -> list[Problem]:
     return batch
+
+
+def _private_generator() -> torch.Generator:
+    """A loader's own RNG (module docstring): iterating the loader leaves the training stream alone."""
+    return torch.Generator().manual_seed(0)
 
 
 class TrainStream(IterableDataset):
@@ -98,11 +111,14 @@ class RLVRDataModule(LightningDataModule):
             rank=self.trainer.global_rank,
             world=self.trainer.world_size,
         )
-        return DataLoader(stream, batch_size=None, collate_fn=_as_list)
+        return DataLoader(stream, batch_size=None, collate_fn=_as_list, generator=_private_generator())
 
     def _eval_loader(self, split: str, n: int) -> DataLoader:
         return DataLoader(
-            SplitDataset(self.task, split, n), batch_size=self.eval_batch_size, collate_fn=_as_list
+            SplitDataset(self.task, split, n),
+            batch_size=self.eval_batch_size,
+            collate_fn=_as_list,
+            generator=_private_generator(),
         )
 
     def val_dataloader(self) -> DataLoader:

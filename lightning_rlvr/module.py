@@ -275,9 +275,8 @@ class RLVRModule(Evaluation, LightningModule):
                 problems, draw, more, sync=lambda flag: any_rank(flag, self.device)
             )
         stats["accuracy"] = float(rollout.correct.float().mean())
-        for shaper in self.reward_shaping:
-            # the policy's tokens (an episode's observations are not its length)
-            rollout.rewards = shaper(rollout.rewards, rollout.loss_mask.sum(-1), self.max_new_tokens)
+        for shaper in self.reward_shaping:  # lengths against the budget: an episode's longest action
+            rollout.rewards = shaper(rollout.rewards, rollout.action_lengths, self.max_new_tokens)
         stats["verify_s"] = verify_s
         return rollout, errors, stats
 

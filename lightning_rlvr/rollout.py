@@ -59,6 +59,22 @@ class Rollout:
         return self.completion_mask.sum(-1)
 
     @property
+    def action_lengths(self) -> Tensor:  # [N]
+        """The length the completion budget (``max_new_tokens``) bounds, per row.
+
+        Single-turn: the completion's length. An episode: its longest action, since the budget is
+        per action (each action is cut at it) and the observations and the number of turns are not
+        the policy's doing. Length-aware reward shaping (DAPO's overlong penalty) reads this, so
+        an episode is penalised for an action that ran into the budget, never for being long.
+        """
+        mask = self.loss_mask.long()  # [N, T]
+        if self.turn_index is None:
+            return mask.sum(-1)
+        turns = self.turn_index.clamp(min=0)  # [N, T] padding (-1) counts nowhere: its mask is 0
+        per_turn = torch.zeros(mask.shape[0], int(turns.max()) + 1, dtype=torch.long, device=mask.device)
+        return per_turn.scatter_add_(1, turns, mask).max(-1).values  # [N]
+
+    @property
     def loss_mask(self) -> Tensor:  # [N, T]
         """1 where loss and credit apply: the policy's own tokens (all completion tokens if single-turn)."""
         return self.completion_mask if self.policy_mask is None else self.policy_mask * self.completion_mask

@@ -73,3 +73,18 @@ def test_prompt_format_shapes_what_the_policy_sees():
     problem = AdditionTask(digits=1).problem("train", 0)
     rollout = module.rollout([problem], 2)
     assert module.tokenizer.decode(rollout.prompt_tokens(0)) == "Q 1+1= 2;" + problem.prompt
+
+
+def test_iterating_the_loaders_leaves_the_training_rng_alone():
+    """A validation between a checkpoint and the next step must not shift the sampling stream (resume)."""
+    from types import SimpleNamespace
+
+    module = tiny_module()
+    data = RLVRDataModule(batch_size=2, val_size=4, test_size=4, eval_batch_size=2)
+    data.trainer = SimpleNamespace(lightning_module=module, global_rank=0, world_size=1)
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    for loader in (data.val_dataloader(), data.test_dataloader(), data.val_dataloader()):
+        assert len(list(loader)) == 2
+    next(iter(data.train_dataloader()))
+    assert torch.equal(torch.get_rng_state(), before)

@@ -6,14 +6,17 @@ small as the claims allow: one train game and one val game.
 
 from __future__ import annotations
 
+import csv
 import json
 import random
 
 import pytest
+import yaml
 
 from lightning_rlvr.envs.base import safe_step
 from lightning_rlvr.envs.textworld import TextWorldCooking, generate_game, trim_observation
 from lightning_rlvr.errors import RLVRError
+from tests.conftest import QUICKSTART, REPO, TINY
 
 
 @pytest.fixture(scope="session")
@@ -149,3 +152,40 @@ def test_trim_observation_caps_words_and_bad_knobs_are_one_line_errors():
         TextWorldCooking(rooms=5)
     with pytest.raises(RLVRError, match="take=3"):
         TextWorldCooking(recipe=2, take=3)
+
+
+def test_a_fit_runs_through_textworld_episodes(pool, run_cli, tmp_path):
+    """Warm start on the expert's episodes, then 2 GRPO steps and a validation on the tiny pool."""
+    cli = run_cli("fit", configs=(QUICKSTART, TINY, str(REPO / "tests" / "configs" / "tiny_textworld.yaml")))
+    assert cli.model.rl_step == 2 and cli.model.warm_start_summary["steps"] == 10
+    (path,) = (tmp_path / "runs").glob("**/metrics.csv")
+    rows = [r for r in csv.DictReader(open(path)) if r.get("train/success")]
+    assert len(rows) == 2
+    for r in rows:
+        assert 1.0 <= float(r["train/turns"]) <= 4.0
+        assert 0.0 <= float(r["train/invalid_actions"]) <= float(r["train/turns"])
+        assert float(r["train/skipped_updates"]) == 0.0
+
+
+def test_the_agent_quickstart_shows_the_recipe_it_must_follow(pool):
+    """At the quickstart's observation cap the cookbook names the ingredient the expert takes.
+
+    Under a tighter cap the recipe is cut before its ingredients and no policy can tell which
+    ingredient to take (the agent quickstart used to show 20 words and could only guess).
+    """
+    with open(REPO / "configs" / "quickstart_agent.yaml") as f:
+        words = yaml.safe_load(f)["model"]["task"]["init_args"]["max_observation_words"]
+    env, _ = pool
+    env = TextWorldCooking(train_games=1, val_games=1, test_games=0, max_observation_words=words)
+    for split in ("train", "val"):
+        problem = env.problem(split, 0)
+        walk = problem.meta["walkthrough"]
+        take = next(a for a in walk if a.startswith("take "))
+        ingredient = take.removeprefix("take ").split(" from ")[0]
+        game = env.clone()
+        game.reset(problem)
+        for action in walk[: walk.index("examine cookbook") + 1]:
+            obs, _, _ = safe_step(game, action)
+        game.close()
+        recipe = obs.split("\nCommands:")[0]
+        assert "Ingredients:" in recipe and ingredient in recipe.split("Ingredients:")[1], recipe

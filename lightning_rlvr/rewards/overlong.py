@@ -7,6 +7,11 @@
 It grows linearly from 0 to -1 over the last ``L_cache`` tokens before
 ``L_max``, so truncated chains are discouraged without the cliff of a hard
 zero reward. ``|y|`` counts completion tokens (EOS included).
+
+On a multi-turn episode ``|y|`` is the episode's longest action (``Rollout.action_lengths``) and
+L_max the module's ``max_new_tokens``, the budget of one action: truncation happens per action,
+so that is where the penalty means what DAPO meant. (The episode's total policy tokens against
+``max_turns`` x the budget would instead punish long, valid interactions of short actions.)
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from torch import Tensor
 
 class RewardShaper:
     """Maps verifier rewards [N] and completion lengths [N] to shaped rewards [N].
+
+    ``lengths`` are what the budget bounds (``Rollout.action_lengths``): the completion's tokens,
+    or an episode's longest action.
 
     ``max_new_tokens`` is the module's completion budget, passed at every call so a shaper
     that depends on it never holds a second copy of it.
