@@ -407,15 +407,16 @@ class RLVRModule(Evaluation, LightningModule):
         N, T, W = rollout.num_rows, rollout.completion_ids.shape[1], world_size()
         targets, mask = rollout.completion_ids, rollout.loss_mask.float()  # [N, T] the policy's own tokens
         engine = rollout.engine_logp  # [N, T] or None
+        budget = self.task.policy_token_budget(self.max_new_tokens)  # policy tokens a row can hold (L_max)
         totals: dict[str, float] = {"loss": 0.0, "grad_norm": 0.0, "zero_grad_frac": 0.0}
         n_updates = 0
         for _ in range(self.ppo_epochs):
             order = torch.randperm(N, device=self.device) if self.minibatches > 1 else torch.arange(N)
             for mb in order.chunk(self.minibatches):
-                weights = self.loss.weights(mask[mb], self.max_new_tokens, all_sum) * W  # [n, T]
+                weights = self.loss.weights(mask[mb], budget, all_sum) * W  # [n, T]
                 extra_w = weights  # the credit's token loss: the loss's aggregation unless it names its own
                 if credit.token_loss is not None and credit.token_loss_agg is not None:
-                    extra_w = loss_weights(mask[mb], credit.token_loss_agg, self.max_new_tokens, all_sum) * W
+                    extra_w = loss_weights(mask[mb], credit.token_loss_agg, budget, all_sum) * W
                 loss_total, parts, finite = 0.0, {"entropy": 0.0}, True
                 pending = forwards or [(p, None) for p in self.micro_batches(rollout, mb)]
                 forwards = None  # fused forwards serve the first (when fused: the only) minibatch

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_rlvr import RLVRModule
+from lightning_rlvr import AdditionTask, RLVRModule
 from lightning_rlvr.credit import Credit, GRPOCredit
 from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.rredcot import RREDCoTCredit
@@ -269,3 +269,24 @@ def test_action_lengths_of_a_single_turn_rollout_are_its_completion_lengths():
     rollout = AdditionTask(digits=1).rollout(sampler, problems, 2)
     assert rollout.turn_index is None
     assert torch.equal(rollout.action_lengths, rollout.completion_mask.sum(-1))
+
+
+def test_constant_normaliser_is_the_rows_policy_token_budget(monkeypatch):
+    """Dr. GRPO's constant (loss_agg: constant) is what one row can hold: max_turns actions on episodes."""
+    module = env_module()
+    env = module.task
+    assert env.policy_token_budget(module.max_new_tokens) == env.max_turns * module.max_new_tokens
+    assert AdditionTask().policy_token_budget(48) == 48  # a single-turn row holds L_max tokens
+    seen = []
+    weights = module.loss.weights
+    monkeypatch.setattr(module.loss, "weights", lambda mask, max_len, total: seen.append(max_len) or weights(
+        mask, max_len, total))  # fmt: skip
+    torch.manual_seed(0)
+    rollout = module.rollout([env.problem("train", i) for i in range(2)], 2)
+    credit = Credit(advantages=torch.ones_like(rollout.loss_mask, dtype=torch.float32))
+    opt = torch.optim.SGD(module.model.parameters(), lr=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    module.optimizers, module.lr_schedulers = (lambda: opt), (lambda: sched)
+    module.manual_backward = lambda loss: loss.backward()
+    module.update(rollout, credit, None, None)
+    assert seen and set(seen) == {env.max_turns * module.max_new_tokens}

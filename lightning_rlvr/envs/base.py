@@ -92,6 +92,10 @@ class Environment(Task):
             max_context_tokens=positions,
         )  # fmt: skip
 
+    def policy_token_budget(self, max_new_tokens: int) -> int:
+        """``max_turns`` actions of at most ``max_new_tokens`` each (Dr. GRPO's constant normaliser)."""
+        return self.max_turns * max_new_tokens
+
     def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
         """``success`` (share of won episodes), ``turns`` (mean per episode), ``invalid_actions`` (mean)."""
         turns = (rollout.turn_index.max(-1).values + 1).clamp(min=1).float()  # [N]

@@ -122,6 +122,10 @@ class Task:
         s = sampler
         return generate_rollout(s.engine, s.model, s.tokenizer, problems, group_size, s.sampling, s.render)
 
+    def policy_token_budget(self, max_new_tokens: int) -> int:
+        """The most tokens the policy can write in one row: the constant of ``loss_agg: constant``."""
+        return max_new_tokens
+
     def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
         """Extra ``train/<name>`` metrics of a rollout of this task (environments: turns, success)."""
         return {}
