@@ -17,9 +17,15 @@ Each training step, top to bottom:
 
 Rollout-time log-probs come from one no-grad pass (``Scorer.policy``, shared
 with the credit assigner) exactly when the update needs them: the policy moves
-between updates of one rollout (ppo_epochs > 1 or minibatches > 1) or the loss
-asks (TIS with the engine's log-probs). Otherwise the importance ratio is 1 at
-the only update and the detached current log-probs stand in for them.
+between updates of one rollout (ppo_epochs > 1 or minibatches > 1), or the loss
+asks (TIS compares them with the engine's) and the model has dropout. Otherwise
+the weights at the only update are the rollout's, so the update's own detached
+log-probs are the rollout-time ones: the importance ratio is 1 and TIS reads them.
+A credit method that reads hidden states (SHEAR) would then pay for a whole
+pass of its own; instead the update's forward runs before the credit
+(``fused_policy_pass``) and its detached outputs fill the scorer's pass.
+Every pass over the rollout (scoring, reference, update) is padding-free:
+length-sorted micro-batches, each cut to its longest row (``packing.py``).
 Validation and test (pass@k, and maj@k for tasks with a final answer, on
 held-out prompts under a forked RNG so evaluation never shifts training) live
 in ``evaluation.py``.
@@ -50,10 +56,12 @@ from lightning_rlvr.evaluation import Evaluation
 from lightning_rlvr.losses import PolicyLoss, PPOClip
 from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
 from lightning_rlvr.objectives import loss_weights, zero_std_groups
+from lightning_rlvr.packing import MicroBatch, micro_batches
+from lightning_rlvr.packing import forward as packed_forward
 from lightning_rlvr.prompts import PromptFormat
 from lightning_rlvr.rewards.overlong import RewardShaper
 from lightning_rlvr.rollout import Rollout, Sampler
-from lightning_rlvr.scoring import Scorer, causal_lm_forward, entropy_from_logits, token_logprobs
+from lightning_rlvr.scoring import Scorer, entropy_from_logits, same_in_train_mode, token_logprobs
 from lightning_rlvr.state import capture_rng, plain_value, restore_rng
 from lightning_rlvr.tasks.addition import AdditionTask
 from lightning_rlvr.tasks.base import Problem, Task
@@ -61,6 +69,8 @@ from lightning_rlvr.validation import check_settings
 from lightning_rlvr.warmstart import WarmStart
 
 log = logging.getLogger(__name__)
+
+MICRO_BATCH_TOKENS = 1024  # default padded tokens per forward (measured on the quickstart: packing.py)
 
 
 class RLVRModule(Evaluation, LightningModule):
@@ -89,6 +99,11 @@ class RLVRModule(Evaluation, LightningModule):
         minibatches: optimiser steps per pass (rows are shuffled between passes).
         grad_clip: max gradient norm (0 = off).
         micro_batch_size: rows per forward pass in scoring and update (memory bound).
+        micro_batch_tokens: padded tokens per forward pass in scoring and update: rows are sorted
+            by length and each micro-batch cut to its longest row (``lightning_rlvr/packing.py``);
+            None = rows only.
+        fuse_policy_pass: let a credit method that reads hidden states take them from the
+            update's own forward when nothing else needs a separate pass (see ``training_step``).
         eval_samples: completions per prompt in validation and test (pass@k up to this k; maj@k at it).
         eval_seed: seed of evaluation sampling (the training RNG is left untouched).
         validate_at_start: log ``val/pass@1`` at step 0 of a fresh fit (the baseline RL starts from).
@@ -120,6 +135,8 @@ class RLVRModule(Evaluation, LightningModule):
         minibatches: int = 1,
         grad_clip: float = 1.0,
         micro_batch_size: int = 128,
+        micro_batch_tokens: int | None = MICRO_BATCH_TOKENS,
+        fuse_policy_pass: bool = True,
         eval_samples: int = 4,
         eval_seed: int = 1234,
         validate_at_start: bool = True,
@@ -129,6 +146,7 @@ class RLVRModule(Evaluation, LightningModule):
         super().__init__()
         check_settings(
             {"group_size": group_size, "max_new_tokens": max_new_tokens, "micro_batch_size": micro_batch_size,
+             **({} if micro_batch_tokens is None else {"micro_batch_tokens": micro_batch_tokens}),
              "eval_samples": eval_samples, "ppo_epochs": ppo_epochs, "minibatches": minibatches,
              "max_nonfinite_updates": max_nonfinite_updates},
             {"top_k": top_k, "warmup_steps": warmup_steps},
@@ -160,6 +178,8 @@ class RLVRModule(Evaluation, LightningModule):
         self.ppo_epochs, self.minibatches = ppo_epochs, minibatches
         self.grad_clip = grad_clip
         self.micro_batch_size = micro_batch_size
+        self.micro_batch_tokens = micro_batch_tokens
+        self.fuse_policy_pass = fuse_policy_pass
         self.eval_samples = eval_samples
         self.eval_seed = eval_seed
         self.validate_at_start = validate_at_start
@@ -192,6 +212,10 @@ class RLVRModule(Evaluation, LightningModule):
             self.model = apply_lora(self.model, self.lora)
         if self.device_mesh is not None:
             shard_policy(self.model, self.device_mesh["data_parallel"])
+
+    def transfer_batch_to_device(self, batch: list[Problem], device, dataloader_idx: int) -> list[Problem]:
+        """Batches are problems (text): nothing to move, so skip Lightning's walk of every field."""
+        return batch
 
     def configure_callbacks(self) -> list:
         return [self.credit]
@@ -284,17 +308,21 @@ class RLVRModule(Evaluation, LightningModule):
         t1 = time.perf_counter() - verify_s  # generation ends here; verification counts as scoring
         self.verifier_errors += errors
         sampler = EngineSampler.of(self)  # continuations for Monte-Carlo credit (sampled only on request)
-        scorer = Scorer(self.model, rollout, self.tokenizer, self.micro_batch_size, sampler=sampler)
+        scorer = self.scorer(self.model, rollout, sampler=sampler)
         old_logp = None  # [N, T] rollout-time log-probs, when the update needs them (module docstring)
-        if self.ppo_epochs > 1 or self.minibatches > 1 or self.loss.needs_old_logp(rollout.engine_logp):
+        moves = self.ppo_epochs > 1 or self.minibatches > 1  # the policy changes between updates
+        if moves or (self.loss.needs_old_logp(rollout.engine_logp) and not same_in_train_mode(self.model)):
             old_logp = scorer.policy(hidden=self.credit.uses_hidden_states).logp  # shared with the credit
+        forwards = None  # the update's own forwards, run now when they can serve the credit's hidden states
+        if old_logp is None and self.credit.uses_hidden_states and self.fuse_policy_pass:
+            forwards = self.fused_policy_pass(rollout, scorer)
         t2 = time.perf_counter()
         credit = self.credit.assign(rollout, scorer)
         # The one place credit meets the loss mask: environment tokens (and padding) get no advantage.
         credit.advantages = torch.where(rollout.loss_mask.bool(), credit.advantages, 0.0)
         t3 = time.perf_counter()
         ref_logp = self.reference_logprobs(rollout) if self.loss.uses_reference else None
-        stats = self.update(rollout, credit, old_logp, ref_logp)
+        stats = self.update(rollout, credit, old_logp, ref_logp, forwards)
         t4 = time.perf_counter()
         self.rl_step += 1
 
@@ -306,7 +334,7 @@ class RLVRModule(Evaluation, LightningModule):
             "train/completion_len": lengths.mean(),
             "train/verifier_errors": float(errors),
             "time/rollout_s": t1 - t0,
-            "time/score_s": t2 - t1,  # verifier + rollout-time log-prob pass when the update needs it
+            "time/score_s": t2 - t1,  # verifier + rollout-time log-prob pass or fused forward, if any
             "time/credit_s": t3 - t2,
             "time/update_s": t4 - t3,
             "perf/tokens_per_s": float(lengths.sum()) / max(t1 - t0, 1e-9),
@@ -320,17 +348,49 @@ class RLVRModule(Evaluation, LightningModule):
             metrics, on_step=True, on_epoch=False, batch_size=len(batch), sync_dist=world_size() > 1
         )
 
+    def scorer(self, model, rollout: Rollout, **kwargs) -> Scorer:
+        """A ``Scorer`` of ``rollout`` under ``model`` with this module's micro-batching."""
+        kwargs.setdefault("tokenizer", self.tokenizer)
+        sizes = {"micro_batch_size": self.micro_batch_size, "micro_batch_tokens": self.micro_batch_tokens}
+        return Scorer(model, rollout, **sizes, **kwargs)
+
+    def micro_batches(self, rollout: Rollout, rows: Tensor) -> list[MicroBatch]:
+        """The update's micro-batches of ``rows`` (padding-free: ``lightning_rlvr/packing.py``)."""
+        return micro_batches(rollout, rows, self.micro_batch_size, self.micro_batch_tokens)
+
     def reference_logprobs(self, rollout: Rollout) -> Tensor:
         """Log-probs of the sampled tokens under the frozen reference (base model when using LoRA): [N, T]."""
         if not self.lora:
-            return (
-                Scorer(self._reference[0], rollout, None, self.micro_batch_size, cache_bytes=0).policy().logp
-            )
+            return self.scorer(self._reference[0], rollout, tokenizer=None, cache_bytes=0).policy().logp
         with self.model.disable_adapter():
-            return Scorer(self.model, rollout, None, self.micro_batch_size, cache_bytes=0).policy().logp
+            return self.scorer(self.model, rollout, tokenizer=None, cache_bytes=0).policy().logp
+
+    def fused_policy_pass(self, rollout: Rollout, scorer: Scorer) -> list[tuple[MicroBatch, Tensor]] | None:
+        """The update's forwards, run before the credit so their hidden states fill ``scorer``'s policy pass.
+
+        With one epoch and one minibatch the only update runs at the rollout-time weights, so
+        its forward computes what ``scorer.policy(hidden=True)`` would: running it first (every
+        micro-batch, graphs kept) saves a whole no-grad pass over the rollout. It holds all
+        micro-batches' activations until the backward (the memory of ``micro_batch_size`` = N);
+        ``fuse_policy_pass: false`` turns it off. Not used when train and eval mode differ
+        (dropout): the scorer's pass is in eval mode. Returns ``(micro-batch, logits)`` pairs in
+        the update's order, or None when not fused.
+        """
+        if not same_in_train_mode(self.model):
+            return None
+        parts = []  # (micro-batch, logits [m, T_m, V] with graph, hidden [m, T_m, H])
+        for mb in self.micro_batches(rollout, torch.arange(rollout.num_rows, device=self.device)):
+            parts.append((mb, *packed_forward(self.model, rollout, mb, hidden=True)))
+        scorer.adopt_policy_pass(parts)
+        return [(mb, logits) for mb, logits, _ in parts]
 
     def update(
-        self, rollout: Rollout, credit: Credit, old_logp: Tensor | None, ref_logp: Tensor | None
+        self,
+        rollout: Rollout,
+        credit: Credit,
+        old_logp: Tensor | None,
+        ref_logp: Tensor | None,
+        forwards: list[tuple[MicroBatch, Tensor]] | None = None,
     ) -> dict[str, float]:
         """``ppo_epochs`` x ``minibatches`` optimiser steps on ``self.loss`` (+ the credit's token loss).
 
@@ -338,10 +398,13 @@ class RLVRModule(Evaluation, LightningModule):
         the gradient averaging of DDP/FSDP, so W ranks make the update of one rank with all rows.
         A non-finite loss on any rank skips that optimiser step on every rank: each rank still
         runs all its forwards and backwards (collectives under FSDP) and the skip is decided
-        together, so ranks never fall out of step.
+        together, so ranks never fall out of step. Micro-batches are padding-free (length-sorted,
+        each cut to its longest row: ``lightning_rlvr/packing.py``), so the token loss of one is
+        [m, T_m] with T_m <= T. ``forwards``: the micro-batches' forwards, already run by
+        ``fused_policy_pass`` (one epoch, one minibatch).
         """
         opt, sched = self.optimizers(), self.lr_schedulers()
-        P, N, W = rollout.prompt_ids.shape[1], rollout.num_rows, world_size()
+        N, T, W = rollout.num_rows, rollout.completion_ids.shape[1], world_size()
         targets, mask = rollout.completion_ids, rollout.loss_mask.float()  # [N, T] the policy's own tokens
         engine = rollout.engine_logp  # [N, T] or None
         totals: dict[str, float] = {"loss": 0.0, "grad_norm": 0.0, "zero_grad_frac": 0.0}
@@ -354,22 +417,27 @@ class RLVRModule(Evaluation, LightningModule):
                 if credit.token_loss is not None and credit.token_loss_agg is not None:
                     extra_w = loss_weights(mask[mb], credit.token_loss_agg, self.max_new_tokens, all_sum) * W
                 loss_total, parts, finite = 0.0, {"entropy": 0.0}, True
-                for i in range(0, len(mb), self.micro_batch_size):
-                    rows, w = mb[i : i + self.micro_batch_size], weights[i : i + self.micro_batch_size]
-                    ids, attn = rollout.input_ids[rows], rollout.attention_mask[rows]
-                    logits = causal_lm_forward(self.model, ids, attn).logits[:, P - 1 : -1]  # [m, T, V]
-                    logp = token_logprobs(logits, targets[rows])  # [m, T]
+                pending = forwards or [(p, None) for p in self.micro_batches(rollout, mb)]
+                forwards = None  # fused forwards serve the first (when fused: the only) minibatch
+                while pending:
+                    part, logits = pending.pop(0)  # a fused forward's graph is freed with its backward
+                    if logits is None:
+                        logits, _ = packed_forward(self.model, rollout, part)  # [m, T_m, V]
+                    rows, Tm = part.rows, part.width
+                    w = weights[part.index, :Tm]  # [m, T_m]
+                    logp = token_logprobs(logits, targets[rows, :Tm])  # [m, T_m]
                     tok_loss, tok_stats = self.loss(
                         logp,
-                        old_logp[rows] if old_logp is not None else logp.detach(),
-                        credit.advantages[rows],
-                        mask[rows],
-                        ref_logp=None if ref_logp is None else ref_logp[rows],
-                        engine_logp=None if engine is None else engine[rows],
+                        old_logp[rows, :Tm] if old_logp is not None else logp.detach(),
+                        credit.advantages[rows, :Tm],
+                        mask[rows, :Tm],
+                        ref_logp=None if ref_logp is None else ref_logp[rows, :Tm],
+                        engine_logp=None if engine is None else engine[rows, :Tm],
                     )
-                    loss = (tok_loss * w).sum()
-                    if credit.token_loss is not None:
-                        loss = loss + (credit.token_loss(logits, rows) * extra_w[i : i + len(rows)]).sum()
+                    loss = (tok_loss * w).sum()  # an empty micro-batch (idle forward) gives 0 with a graph
+                    if credit.token_loss is not None and len(rows):  # its contract: logits [m, T, V]
+                        full = torch.nn.functional.pad(logits, (0, 0, 0, T - Tm))
+                        loss = loss + (credit.token_loss(full, rows) * extra_w[part.index]).sum()
                     finite = finite and bool(torch.isfinite(loss))
                     self.manual_backward(loss)  # also when non-finite: the backward is a collective
                     loss_total += float(loss.detach())

@@ -49,24 +49,15 @@ from torch import Tensor
 
 from lightning_rlvr.distributed import max_over_ranks, world_size
 from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.packing import MicroBatch, causal_lm_forward, micro_batches, place
+from lightning_rlvr.packing import forward as packed_forward
 from lightning_rlvr.prefix_scoring import suffix_logits, supports_prefix_cache
-from lightning_rlvr.rollout import Rollout, position_ids
+from lightning_rlvr.rollout import Rollout
 
 if TYPE_CHECKING:
     from lightning_rlvr.continuations import ContinuationSampler
 
 DivergenceFn = Callable[[Tensor, Tensor], Tensor]
-
-
-def causal_lm_forward(model, input_ids: Tensor, attention_mask: Tensor, hidden: bool = False):
-    """The model on a left-padded batch, with positions that skip the padding (as in ``generate``)."""
-    return model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids(attention_mask),
-        output_hidden_states=hidden,
-        use_cache=False,
-    )
 
 
 def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
@@ -115,9 +106,9 @@ def bucket_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Per-position entropy of softmax(logits): [..., T]."""
+    """Per-position entropy of softmax(logits): [..., T]. A -inf logit (a masked token) adds 0 log 0 = 0."""
     logp = F.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
+    return -(logp.exp() * logp).where(logp > float("-inf"), 0.0).sum(-1)
 
 
 def left_pad(seqs: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
@@ -150,6 +141,21 @@ def _scoring(method):
     return wrapper
 
 
+def same_in_train_mode(model) -> bool:
+    """Whether ``model`` computes the same function in train mode as in eval mode (no dropout).
+
+    The scorer runs the policy in eval mode, the update in train mode; only when they agree
+    can the update's forward stand in for the scorer's. Checks ``nn.Dropout`` modules and the
+    config's dropout rates (Hugging Face attention passes ``attention_dropout`` to SDPA
+    directly, with no module): any rate above 0 says no.
+    """
+    if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules()):
+        return False
+    config = getattr(model, "config", None)
+    rates = [v for k, v in (vars(config) if config is not None else {}).items() if "drop" in k.lower()]
+    return not any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in rates)
+
+
 @dataclass
 class PolicyPass:
     """What one no-grad pass of the rollout-time policy over the rollout gives."""
@@ -167,6 +173,8 @@ class Scorer:
         rollout: the sampled batch.
         tokenizer: the policy's tokenizer (``encode`` turns template text into context ids).
         micro_batch_size: rows (or views) per forward pass.
+        micro_batch_tokens: padded tokens per forward of the policy pass (None: rows only);
+            see ``lightning_rlvr/packing.py``.
         cache_bytes: full next-token distributions of the rollout are kept for
             ``compare`` when they fit in this many bytes, else recomputed per micro-batch.
         sampler: samples and verifies continuations of completion prefixes (for
@@ -181,11 +189,13 @@ class Scorer:
         micro_batch_size: int = 64,
         cache_bytes: int = 2**28,
         sampler: ContinuationSampler | None = None,
+        micro_batch_tokens: int | None = None,
     ) -> None:
         self.model = model
         self.rollout = rollout
         self.tokenizer = tokenizer
         self.micro_batch_size = micro_batch_size
+        self.micro_batch_tokens = micro_batch_tokens
         self.cache_bytes = cache_bytes
         self._pass: PolicyPass | None = None
         self._student_logp: Tensor | None = None  # [N, T, V] when it fits in cache_bytes
@@ -201,31 +211,66 @@ class Scorer:
     # ------------------------------------------------------------------ policy pass
     @_scoring
     def policy(self, hidden: bool = False) -> PolicyPass:
-        """Log-probs, entropies and optionally hidden states of the sampled tokens (one cached pass)."""
+        """Log-probs, entropies and optionally hidden states of the sampled tokens (one cached pass).
+
+        Padding-free (``lightning_rlvr/packing.py``): length-sorted micro-batches, each cut to
+        its own longest row; every output is 0 on completion padding.
+        """
         if self._pass is not None and (self._pass.hidden is not None or not hidden):
             return self._pass
         r = self.rollout
-        P = r.prompt_ids.shape[1]
-        logps, ents, hids, dists = [], [], [], []
-        keep = None
-        for rows in torch.arange(r.num_rows).split(self.micro_batch_size):
-            out = causal_lm_forward(self.model, r.input_ids[rows], r.attention_mask[rows], hidden=hidden)
-            logits = out.logits[:, P - 1 : -1].float()  # [m, T, V] predicts completion tokens
-            self.forward_tokens += int(r.attention_mask[rows].sum())
-            logps.append(token_logprobs(logits, r.completion_ids[rows]))
-            ents.append(entropy_from_logits(logits))
-            if hidden:
-                hids.append(out.hidden_states[-1][:, P - 1 : -1].float())
-            if keep is None:
-                keep = r.num_rows * logits.shape[1] * logits.shape[2] * 4 <= self.cache_bytes
-            if keep:
-                dists.append(F.log_softmax(logits, dim=-1))
-        self._pass = PolicyPass(
-            logp=torch.cat(logps), entropy=torch.cat(ents), hidden=torch.cat(hids) if hidden else None
-        )
-        if keep:
-            self._student_logp = torch.cat(dists)
+        batches = micro_batches(r, torch.arange(r.num_rows), self.micro_batch_size, self.micro_batch_tokens)
+
+        def run():
+            for mb in batches:
+                logits, states = packed_forward(self.model, r, mb, hidden=hidden)  # [m, T_m, V], [m, T_m, H]
+                self.forward_tokens += int(r.prompt_mask[mb.rows].sum() + r.completion_mask[mb.rows].sum())
+                yield mb, logits, states
+
+        self._adopt(run(), hidden)
         return self._pass
+
+    def adopt_policy_pass(self, parts: list[tuple[MicroBatch, Tensor, Tensor | None]]) -> PolicyPass:
+        """Take the policy pass from forwards the caller ran itself (the update's, same weights).
+
+        ``parts`` are ``(micro-batch, logits [m, T_m, V], hidden [m, T_m, H] or None)`` covering
+        every row once, as ``packing.forward`` returns them; they are detached here. The caller
+        vouches that its forward equals this scorer's (same weights, no dropout in train mode:
+        ``same_in_train_mode``). Returns the pass ``policy`` will hand out from now on.
+        """
+        hidden = any(h is not None for _, _, h in parts)
+        with torch.no_grad():
+            self._adopt(((mb, lg.detach(), None if h is None else h.detach()) for mb, lg, h in parts), hidden)
+        return self._pass
+
+    def _adopt(self, parts, hidden: bool) -> None:
+        """Place per-micro-batch outputs in the [N, T] layout: log-probs, entropies, hidden states,
+        and the full distributions when they fit in ``cache_bytes`` (for ``compare``)."""
+        r = self.rollout
+        N, T = r.completion_ids.shape
+        mask = r.completion_mask.bool()  # [N, T] completion padding reads 0
+        logp = torch.zeros(N, T, device=r.completion_ids.device)
+        ent = torch.zeros_like(logp)
+        hids = dists = None
+        for mb, logits, states in parts:
+            logits = logits.float()  # [m, T_m, V]
+            m_mask = mask[mb.rows, : mb.width]  # [m, T_m]
+            place(logp, mb, token_logprobs(logits, r.completion_ids[mb.rows, : mb.width]).where(m_mask, 0.0))
+            place(ent, mb, entropy_from_logits(logits).where(m_mask, 0.0))
+            if hidden:
+                if hids is None:
+                    hids = logp.new_zeros(N, T, states.shape[-1])
+                place(hids, mb, states.float().where(m_mask[..., None], 0.0))
+            V = logits.shape[-1]
+            if dists is None and N * T * V * 4 <= self.cache_bytes:
+                dists = logp.new_zeros(N, T, V)
+            if dists is not None:
+                place(dists, mb, F.log_softmax(logits, dim=-1).where(m_mask[..., None], 0.0))
+        if hidden and hids is None:  # no micro-batch had a row (an empty rollout on this rank)
+            hids = logp.new_zeros(N, T, 0)
+        self._pass = PolicyPass(logp=logp, entropy=ent, hidden=hids)
+        if dists is not None:
+            self._student_logp = dists
 
     @property
     def has_policy_pass(self) -> bool:
@@ -498,7 +543,14 @@ class TeacherScorer(Scorer):
 
     def __init__(self, teacher, policy: Scorer) -> None:
         r = policy
-        super().__init__(teacher, r.rollout, r.tokenizer, r.micro_batch_size, r.cache_bytes)
+        super().__init__(
+            teacher,
+            r.rollout,
+            r.tokenizer,
+            r.micro_batch_size,
+            r.cache_bytes,
+            micro_batch_tokens=r.micro_batch_tokens,
+        )
         self.policy_scorer = policy
 
     def _student(self, rows: Tensor) -> Tensor:

@@ -188,12 +188,12 @@ class Recording(RLVRModule):
             rollout.engine_logp = torch.full(rollout.completion_ids.shape, self.engine_logp_value)
         return rollout, errors, stats
 
-    def update(self, rollout, credit, old_logp, ref_logp):
+    def update(self, rollout, credit, old_logp, ref_logp, forwards=None):
         self.old_logp = old_logp
         self.fresh_logp = (
             Scorer(self.model, rollout, micro_batch_size=8).policy().logp
         )  # weights not yet moved
-        self.stats = super().update(rollout, credit, old_logp, ref_logp)
+        self.stats = super().update(rollout, credit, old_logp, ref_logp, forwards)
         return self.stats
 
 
@@ -221,11 +221,19 @@ def test_the_module_obtains_rollout_time_logprobs_exactly_when_the_update_needs_
         assert module.stats["skipped_updates"] == 0.0
 
 
-def test_engine_logprobs_switch_on_tis_and_its_statistics(tmp_path):
+def test_engine_logprobs_switch_on_tis_and_its_statistics(tmp_path, monkeypatch):
+    torch.manual_seed(0)
     module = _one_step(tmp_path, engine=math.log(0.3))
-    assert module.old_logp is not None  # TIS compares them with the engine's
-    torch.testing.assert_close(module.old_logp, module.fresh_logp)
+    assert module.old_logp is None  # one update, no dropout: the update's own log-probs are the rollout's
     assert module.stats["engine_kl"] > 0
     assert 0.0 <= module.stats["tis_clip_frac"] <= 1.0
+    # A model with dropout gets the separate no-grad pass; on this dropout-free model it gives the same
+    monkeypatch.setattr("lightning_rlvr.module.same_in_train_mode", lambda model: False)
+    torch.manual_seed(0)
+    passed = _one_step(tmp_path, engine=math.log(0.3))
+    assert passed.old_logp is not None
+    torch.testing.assert_close(passed.old_logp, passed.fresh_logp)
+    for key in ("engine_kl", "tis_clip_frac", "loss", "grad_norm"):
+        assert passed.stats[key] == pytest.approx(module.stats[key], rel=1e-5, abs=1e-7), key
     off = _one_step(tmp_path, engine=math.log(0.3), loss=PPOClip(tis_cap=None))
     assert "tis_clip_frac" not in off.stats and off.stats["engine_kl"] > 0

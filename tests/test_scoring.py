@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer
+from lightning_rlvr.scoring import Scorer, entropy_from_logits
 from tests.rollouts import rollout_from_ids
 
 V = 8
@@ -117,3 +118,16 @@ def test_scoring_runs_in_eval_mode_and_restores_training_mode():
     scorer.sequence_logprobs([torch.tensor([3, 4])], [1])
     assert modes and not any(modes)  # dropout off while scoring
     assert model.training  # and the update finds the model as it was
+
+
+@pytest.mark.parametrize("masked", [1, 3, 5])  # -inf logits: masked tokens (top-k, grammar, vocab padding)
+def test_entropy_counts_minus_inf_logits_as_zero_probability(masked):
+    torch.manual_seed(masked)
+    logits = torch.randn(2, 4, 6)  # [N, T, V]
+    logits[..., :masked] = float("-inf")
+    got = entropy_from_logits(logits)
+    p = torch.softmax(logits[..., masked:], dim=-1)  # the same distribution without the masked tokens
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, -(p * p.log()).sum(-1))
+    one_hot = torch.full((3, 5), float("-inf")).scatter(-1, torch.tensor([[0], [2], [4]]), 0.0)
+    assert entropy_from_logits(one_hot).tolist() == [0.0, 0.0, 0.0]  # a certain next token: exactly 0

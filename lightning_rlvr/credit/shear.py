@@ -5,7 +5,9 @@ Formulas, defaults and provenance: ``docs/methods.md`` (SHEAR).
 GRPO gives every token of a rollout the same advantage A_i. SHEAR looks for the
 *places* where a correct and an incorrect rollout of the same prompt part ways,
 using only the last-layer hidden states h_t (the LM-head input) that the
-old-log-prob pass computes anyway: no extra model, no extra generation.
+old-log-prob pass, or with one epoch and one minibatch the update's own forward
+(the module runs it before the credit), computes anyway: no extra model, pass or
+generation.
 
 Each completion is cut into overlapping spans of ``window`` tokens with stride
 ``stride`` (a completion shorter than the window is one span); span k of

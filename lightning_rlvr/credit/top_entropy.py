@@ -13,8 +13,8 @@ with A_i the group advantage (GRPO) and q = 0.2 [paper; TRL's
 ``top_entropy_quantile``]. The quantile is linear-interpolated over this
 rank's batch [proposed: the paper takes it over the whole global batch]; ties
 at tau are kept, so a batch of equal entropies keeps every token and q = 1 is
-GRPO. A non-finite entropy (``entropy_from_logits`` gives NaN when a logit
-is -inf) is left out of the quantile and never kept. Masked-out tokens still
+GRPO. A non-finite entropy (NaN logits) is left out of the quantile and
+never kept. Masked-out tokens still
 count in the loss normaliser (as in the paper, where the gradient of the
 other tokens is just zero).
 """

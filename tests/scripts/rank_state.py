@@ -32,10 +32,10 @@ class PoisonedOnRankOne(RLVRModule):
 
     stats: dict = {}
 
-    def update(self, rollout, credit, old_logp, ref_logp):
+    def update(self, rollout, credit, old_logp, ref_logp, forwards=None):
         if rank() == 1:
             credit.advantages = credit.advantages * float("nan")
-        self.stats = super().update(rollout, credit, old_logp, ref_logp)
+        self.stats = super().update(rollout, credit, old_logp, ref_logp, forwards)
         return self.stats
 
 

@@ -44,9 +44,9 @@ class SplitVerdicts(RLVRModule):
         rollout.rewards = rollout.correct.float()
         return errors
 
-    def update(self, rollout, credit, old_logp, ref_logp):
+    def update(self, rollout, credit, old_logp, ref_logp, forwards=None):
         self.seen = dict(credit.metrics)
-        return super().update(rollout, credit, old_logp, ref_logp)
+        return super().update(rollout, credit, old_logp, ref_logp, forwards)
 
 
 def main() -> None:

@@ -1,0 +1,239 @@
+"""Padding-free passes: the same log-probs, gradients and SHEAR credit as the padded layout.
+
+Rollouts are built by hand with ragged prompts and completions, including empty and
+one-token completions and rows of the full width, so trimming and sorting have work to do.
+The padded reference is written out here (one forward over the whole [N, P + T] layout),
+independent of ``lightning_rlvr/packing.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from lightning.pytorch import Trainer
+
+from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy
+from lightning_rlvr.credit import Credit
+from lightning_rlvr.credit.shear import SHEARCredit
+from lightning_rlvr.losses import CISPO, GSPO, PPOClip
+from lightning_rlvr.objectives import loss_weights
+from lightning_rlvr.packing import causal_lm_forward, micro_batches
+from lightning_rlvr.rollout import Rollout
+from lightning_rlvr.scoring import Scorer, entropy_from_logits, same_in_train_mode, token_logprobs
+from tests.rollouts import rollout_from_ids
+
+SHAPE = dict(layers=2, hidden=32, heads=2, intermediate=64, max_positions=64)
+T_MAX = 10
+
+
+def ragged_rollout(seed: int, n: int = 12, tokenizer=None, group_size: int = 4) -> Rollout:
+    """n rows: prompts of 1-7 tokens, completions of 0, 1, T_MAX and random lengths (EOS-ended or cut)."""
+    tok = tokenizer or TinyPolicy(**SHAPE).load()[1]
+    pad, eos = tok.pad_token_id, tok.eos_token_id
+    gen = torch.Generator().manual_seed(seed)
+    vocab = [i for i in range(len(tok)) if i not in (pad, eos)]
+    draw = lambda k: [vocab[int(j)] for j in torch.randint(len(vocab), (k,), generator=gen)]
+    prompts = [draw(int(torch.randint(1, 8, (1,), generator=gen))) for _ in range(n // group_size)]
+    lengths = [0, 1, T_MAX] + torch.randint(0, T_MAX + 1, (n - 3,), generator=gen).tolist()
+    lengths = [lengths[int(i)] for i in torch.randperm(n, generator=gen)]
+    completions = [draw(k - 1) + [eos] if k and j % 3 else draw(k) for j, k in enumerate(lengths)]  # some cut
+    rewards = [float(j % 2) for j in range(n)]  # every group mixed
+    r = rollout_from_ids(prompts, completions, pad=pad, eos=eos, group_size=group_size, rewards=rewards)
+    if r.completion_ids.shape[1] < T_MAX:  # keep the layout T_MAX wide
+        extra = T_MAX - r.completion_ids.shape[1]
+        r.completion_ids = torch.nn.functional.pad(r.completion_ids, (0, extra), value=pad)
+        r.completion_mask = torch.nn.functional.pad(r.completion_mask, (0, extra))
+    return r
+
+
+def padded_logits(model, r: Rollout) -> torch.Tensor:
+    """The padded layout's logits of the completion tokens: [N, T, V]."""
+    P = r.prompt_ids.shape[1]
+    return causal_lm_forward(model, r.input_ids, r.attention_mask).logits[:, P - 1 : -1]
+
+
+@pytest.mark.parametrize("max_rows, max_tokens", [(3, None), (128, 40), (5, 64), (1, None)])
+def test_micro_batches_cover_every_row_once_within_budget_and_keep_only_padding_out(max_rows, max_tokens):
+    for seed in range(5):
+        r = ragged_rollout(seed, n=16)
+        rows = torch.randperm(16, generator=torch.Generator().manual_seed(seed))[:13]
+        batches = micro_batches(r, rows, max_rows, max_tokens)
+        index = torch.cat([mb.index for mb in batches])
+        assert sorted(index.tolist()) == list(range(len(rows)))
+        p_len, c_len = r.prompt_mask.sum(-1), r.completion_mask.sum(-1)
+        for mb in batches:
+            assert torch.equal(mb.rows, rows[mb.index])
+            assert 1 <= len(mb.rows) <= max_rows
+            assert mb.prompt == max(1, int(p_len[mb.rows].max())) and mb.width == int(c_len[mb.rows].max())
+            if max_tokens is not None and len(mb.rows) > 1:
+                assert len(mb.rows) * (mb.prompt + mb.width) <= max_tokens
+        real = (p_len + c_len)[rows]
+        assert sum(len(mb.rows) * (mb.prompt + mb.width) for mb in batches) >= int(real.sum())
+
+
+@pytest.mark.parametrize("max_rows, max_tokens", [(3, None), (128, 40)])
+def test_policy_pass_equals_the_padded_layout_and_is_zero_on_padding(max_rows, max_tokens):
+    model, tok = TinyPolicy(**SHAPE).load()
+    model.eval()
+    for seed in range(3):
+        r = ragged_rollout(seed, tokenizer=tok)
+        scorer = Scorer(model, r, tok, micro_batch_size=max_rows, micro_batch_tokens=max_tokens)
+        got = scorer.policy(hidden=True)
+        with torch.no_grad():
+            P = r.prompt_ids.shape[1]
+            out = causal_lm_forward(model, r.input_ids, r.attention_mask, hidden=True)
+            logits = out.logits[:, P - 1 : -1]
+            mask = r.completion_mask.bool()
+            want = {
+                "logp": token_logprobs(logits, r.completion_ids),
+                "entropy": entropy_from_logits(logits),
+                "hidden": out.hidden_states[-1][:, P - 1 : -1].float(),
+            }
+        for name, value in want.items():
+            have = getattr(got, name)
+            assert have.shape == value.shape
+            torch.testing.assert_close(have[mask], value[mask], rtol=1e-5, atol=1e-5, msg=name)
+            assert not have[~mask].any(), f"{name} must be 0 on completion padding"
+        assert scorer.forward_tokens == int(r.attention_mask.sum())  # only real tokens count
+
+
+def _grads(model) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _stub_optimiser(module: RLVRModule, record: dict) -> None:
+    """One update without a Trainer; gradients recorded before the (zero-lr) step."""
+    opt = torch.optim.SGD(module.model.parameters(), lr=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    module.optimizers, module.lr_schedulers = (lambda: opt), (lambda: sched)
+    module.manual_backward = lambda loss: loss.backward()
+
+    def clip() -> float:
+        record.update(_grads(module.model))
+        return 0.0
+
+    module._clip_gradients = clip
+
+
+LOSSES = [PPOClip(loss_agg=a) for a in ("seq_mean", "token_mean", "constant")] + [
+    GSPO(loss_agg="seq_mean"),
+    CISPO(loss_agg="token_mean"),
+]
+
+
+@pytest.mark.parametrize("loss", LOSSES, ids=lambda x: f"{type(x).__name__}-{x.loss_agg}")
+def test_padding_free_update_gradients_equal_the_padded_layout(loss):
+    module = RLVRModule(
+        task=AdditionTask(digits=1), policy=TinyPolicy(**SHAPE), loss=loss, max_new_tokens=T_MAX,
+        micro_batch_size=4, micro_batch_tokens=48, validate_at_start=False,
+    )  # fmt: skip
+    for seed, with_old in ((0, False), (1, True)):
+        r = ragged_rollout(seed, tokenizer=module.tokenizer)
+        keep = torch.rand(r.completion_mask.shape, generator=torch.Generator().manual_seed(seed)) > 0.2
+        r.policy_mask = keep.long()  # multi-turn: observation tokens get no loss
+        mask = r.loss_mask.float()  # [N, T]
+        adv = torch.randn(mask.shape, generator=torch.Generator().manual_seed(seed)) * mask
+        module.model.zero_grad(set_to_none=True)
+        logp = token_logprobs(padded_logits(module.model, r), r.completion_ids)  # [N, T] padded reference
+        old = (
+            (logp.detach() + 0.3 * torch.randn(mask.shape, generator=torch.Generator())) if with_old else None
+        )
+        tok, _ = loss(logp, logp.detach() if old is None else old, adv, mask)
+        (tok * loss.weights(mask, T_MAX, lambda x: x)).sum().backward()
+        want = _grads(module.model)
+        module.model.zero_grad(set_to_none=True)
+        got: dict = {}
+        _stub_optimiser(module, got)
+        module.update(r, Credit(advantages=adv), old, None)
+        assert set(got) == set(want)
+        for name, g in want.items():
+            torch.testing.assert_close(got[name], g, rtol=1e-4, atol=1e-6, msg=name)
+        assert any(g.abs().max() > 0 for g in want.values())
+
+
+def test_a_token_loss_sees_full_width_logits_and_gets_the_same_gradients():
+    module = RLVRModule(
+        task=AdditionTask(digits=1), policy=TinyPolicy(**SHAPE), max_new_tokens=T_MAX,
+        micro_batch_size=3, micro_batch_tokens=40, validate_at_start=False,
+    )  # fmt: skip
+    r = ragged_rollout(2, tokenizer=module.tokenizer)
+    target = torch.randn(r.num_rows, T_MAX, len(module.tokenizer), generator=torch.Generator().manual_seed(0))
+
+    def token_loss(logits, rows):  # [m, T, V] -> [m, T]
+        assert logits.shape[1] == T_MAX
+        return ((logits.float() - target[rows]) ** 2).mean(-1)
+
+    zero = torch.zeros(r.num_rows, T_MAX)
+    credit = Credit(advantages=zero, token_loss=token_loss, token_loss_agg="token_mean")
+    mask = r.loss_mask.float()
+    loss = token_loss(padded_logits(module.model, r), torch.arange(r.num_rows))
+    (loss * loss_weights(mask, "token_mean", T_MAX, lambda x: x)).sum().backward()
+    want = _grads(module.model)
+    module.model.zero_grad(set_to_none=True)
+    got: dict = {}
+    _stub_optimiser(module, got)
+    module.update(r, credit, None, None)
+    for name, g in want.items():
+        torch.testing.assert_close(got[name], g, rtol=1e-4, atol=1e-6, msg=name)
+
+
+# ---------------------------------------------------------------------------- SHEAR's hidden states, fused
+class FixedRollout(RLVRModule):
+    """Trains on one hand-built rollout; records the credit and the gradients of the update."""
+
+    def __init__(self, rollout: Rollout, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.fixed = rollout
+        self.grads: dict = {}
+        self.extra_tokens = None
+
+    def collect(self, problems):
+        return self.fixed, 0, {"verify_s": 0.0}
+
+    def _clip_gradients(self) -> float:
+        self.grads = _grads(self.model)
+        return super()._clip_gradients()
+
+    def update(self, rollout, credit, old_logp, ref_logp, forwards=None):
+        self.credit_out, self.fused = credit, forwards is not None
+        return super().update(rollout, credit, old_logp, ref_logp, forwards)
+
+
+def _shear_step(tmp_path, fuse: bool, dropout: float = 0.0) -> FixedRollout:
+    policy = TinyPolicy(**SHAPE)
+    tok = policy.load()[1]
+    module = FixedRollout(
+        ragged_rollout(3, n=16, tokenizer=tok), task=AdditionTask(digits=1), policy=policy,
+        credit=SHEARCredit(window=3, stride=1), max_new_tokens=T_MAX, micro_batch_size=5,
+        micro_batch_tokens=64, fuse_policy_pass=fuse, validate_at_start=False, lr=1e-2,
+    )  # fmt: skip
+    module.model.config.attention_dropout = dropout
+    Trainer(
+        max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path,
+    ).fit(module, RLVRDataModule(batch_size=2, val_size=2))  # fmt: skip
+    module.extra_tokens = float(module.trainer.callback_metrics["perf/extra_forward_tokens"])
+    return module
+
+
+def test_shear_from_the_updates_own_forward_equals_a_separate_policy_pass(tmp_path):
+    fused, separate = _shear_step(tmp_path, fuse=True), _shear_step(tmp_path, fuse=False)
+    assert fused.fused and not separate.fused
+    assert fused.extra_tokens == 0 and separate.extra_tokens > 0  # the separate pass is gone
+    adv = separate.credit_out.advantages
+    assert adv.abs().max() > 0 and len(adv[adv != 0].unique()) > 2  # SHEAR weights, not plain GRPO
+    torch.testing.assert_close(fused.credit_out.advantages, adv, rtol=1e-4, atol=1e-5)
+    assert set(fused.grads) == set(separate.grads)
+    for name, g in separate.grads.items():
+        torch.testing.assert_close(fused.grads[name], g, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_dropout_keeps_the_separate_eval_mode_pass(tmp_path):
+    module, _ = TinyPolicy(**SHAPE).load()
+    assert same_in_train_mode(module)
+    module.config.attention_dropout = 0.1
+    assert not same_in_train_mode(module)
+    assert not same_in_train_mode(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)))
+    assert same_in_train_mode(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))
+    step = _shear_step(tmp_path, fuse=True, dropout=0.1)
+    assert not step.fused and step.extra_tokens > 0
