@@ -24,12 +24,11 @@ Training time = the sum of the logged rollout, scoring, credit and update second
 testing and process start excluded). GRPO's update records hold B prompts each, so one is exactly zero
 only when all B groups are (``train/frac_zero_std`` = 1 on that step).
 
-Cost (measured on the shared 2-core machine, load ~4, 32 episodes a step): GRPO ~8-15 s a step;
-HP-RLVR ~30-55 s, of which ~18-37 s is its credit: one hindsight forward per (episode, action),
-~230-250k extra tokens a step on ~600-token episodes. With 4 GRPO steps a GRPO fit + test took
-72-90 s and an HP-RLVR one 162-170 s. Default (10 GRPO steps, 3 seeds): ~2.5-3 min per GRPO run and
-~6-7 min per HP-RLVR run, ~30 min in all with the pool and warm start cached (a fresh cache adds
-~8 min once).
+Cost (measured on the shared 2-core machine, load ~3-4, 32 episodes a step, observations without
+TextWorld's fixed sentences): GRPO ~5-12 s a step; HP-RLVR ~20 s, most of it its credit: one hindsight
+forward per (episode, action). Default (10 GRPO steps, 3 seeds): 138-195 s per GRPO fit + test and
+283-293 s per HP-RLVR one, ~22 min in all with the pool and warm start cached (a fresh cache adds
+~3.5 min once). 10 GRPO steps are far fewer than the ~60-90 the quickstart needs to move val success.
 
     OMP_NUM_THREADS=1 python benchmarks/agent_hp_rlvr.py                          # default: ~30 min
     OMP_NUM_THREADS=1 python benchmarks/agent_hp_rlvr.py --grpo_steps 40 --val_every 5   # bigger

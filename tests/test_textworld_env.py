@@ -140,6 +140,17 @@ def test_vocabulary_texts_cover_the_experts_commands(pool):
             "-= Kitchen =-\nWhat a day. A fridge hums. Wow, TextWorld! Exits lead north. Nice.\n\n>",
             "-= Kitchen =- A fridge hums. Exits lead north.",
         ),
+        (  # the generator's fixed sentences go; the recipe's own words stay, in order
+            '\nYou open the copy of "Cooking: A Modern Approach (3rd Ed.)" and start reading:\n\nRecipe #2'
+            "\n---------\nGather all following ingredients and follow the directions to prepare this tasty"
+            " meal.\n\nIngredients:\nred apple\n\nDirections:\nslice the red apple\nprepare meal\n\n>",
+            "Ingredients: red apple Directions: slice the red apple prepare meal",
+        ),
+        (
+            "You are hungry! Let's cook a delicious meal. Check the cookbook in the kitchen for the recipe."
+            " Once done, enjoy your meal!\n\n-= Kitchen =-\nYou see a fridge.\n>",
+            "-= Kitchen =- You see a fridge.",
+        ),
     ],
 )
 def test_trim_observation(raw, expected):
@@ -188,4 +199,5 @@ def test_the_agent_quickstart_shows_the_recipe_it_must_follow(pool):
             obs, _, _ = safe_step(game, action)
         game.close()
         recipe = obs.split("\nCommands:")[0]
+        assert recipe.startswith("Ingredients:"), recipe  # the ingredients come first, no preamble
         assert "Ingredients:" in recipe and ingredient in recipe.split("Ingredients:")[1], recipe

@@ -55,16 +55,26 @@ _WORD = re.compile(r"[A-Za-z]{2,}")
 META_VERBS = frozenset(
     {"q", "quit", "restart", "save", "restore", "undo", "script", "unscript", "transcript"}
 )
-POOL_FORMAT = 1  # bump when what a cached game stores (its meta file, the trimming) changes
+POOL_FORMAT = 2  # bump when what a cached game stores (its meta file, the trimming) changes
+# Fixed sentences the cooking generator prints in every game (the intro, the cookbook's preamble):
+# they carry no information, and dropping them puts the recipe's ingredients first in the cookbook's
+# reply (word 3 instead of ~30), where a small policy can find them and copy them into a command.
+FLAVOUR = re.compile(
+    r"You are hungry!|Let's cook a delicious meal\.|Check the cookbook in the kitchen for the recipe\."
+    r"|Once done, enjoy your meal!|You open the copy of \"Cooking: A Modern Approach \(3rd Ed\.\)\" and"
+    r" start reading:|Recipe #\d+|Gather all following ingredients and follow the directions to prepare"
+    r" this tasty meal\."
+)
 
 
 def trim_observation(text: str, names: list[str], max_words: int) -> str:
     """TextWorld's raw feedback made short: no banner, no prompt, no flavour sentences, capped.
 
-    Short lines (one or two sentences: replies to a command, headers) are kept whole. In longer ones
-    (room descriptions) a sentence survives only if it names one of ``names`` or a direction.
+    The generator's fixed sentences (``FLAVOUR``) go first. Then short lines (one or two sentences:
+    replies to a command, headers) are kept whole; in longer ones (room descriptions) a sentence
+    survives only if it names one of ``names`` or a direction.
     """
-    text = text.split("\n>")[0]  # the prompt and the status line that follows it
+    text = FLAVOUR.sub("", text.split("\n>")[0])  # the prompt and the status line that follows it
     lines = [ln.strip() for ln in text.splitlines() if _WORD.search(ln)]  # banner lines have no words
     keep_words = [n.lower() for n in names] + list(DIRECTIONS)
     kept = []
