@@ -213,10 +213,6 @@ class RLVRModule(Evaluation, LightningModule):
         if self.device_mesh is not None:
             shard_policy(self.model, self.device_mesh["data_parallel"])
 
-    def transfer_batch_to_device(self, batch: list[Problem], device, dataloader_idx: int) -> list[Problem]:
-        """Batches are problems (text): nothing to move, so skip Lightning's walk of every field."""
-        return batch
-
     def configure_callbacks(self) -> list:
         return [self.credit]
 
