@@ -7,6 +7,7 @@ import itertools
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -419,3 +420,14 @@ def test_a_tuning_sweep_tunes_its_main_sweep_on_the_same_task_and_evaluation(tun
     assert set(tune.grid) - set(main.grid) == {"model.lr"} and len(tune.grid["model.lr"]) >= 3
     assert tune.report.choose == "model.lr" and main.report.baseline == {"method": "grpo"}
     assert set(main.axis_overrides) <= {"method"}  # the chosen lrs are keyed to the method axis
+
+
+def test_the_run_archive_under_a_report_directory_is_committed_not_ignored():
+    """A fresh clone resumes only from archived runs git keeps (a bare ``runs/`` ignore rule hid them)."""
+    from lightning_rlvr.sweep_archive import ARCHIVE
+
+    archived = f"sweeps/results/any_sweep/{ARCHIVE}/grpo__seed=0/logs/fit/version_0/metrics.csv"
+    for path in (archived, f"sweeps/results/any_sweep/{ARCHIVE}/grpo__seed=0/DONE"):
+        check = subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO)
+        assert check.returncode == 1, f"{path} is ignored by .gitignore"
+    assert subprocess.run(["git", "check-ignore", "-q", "runs/sweeps/x/DONE"], cwd=REPO).returncode == 0
