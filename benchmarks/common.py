@@ -317,3 +317,19 @@ def write_result(
     print(text)
     print(f"written to {os.path.relpath(path, REPO)}")
     return path
+
+
+def bare_generate(model, tok, ids, mask, max_new_tokens: int):
+    """A bare batched ``model.generate`` at temperature 1 (no top-p/top-k): the baseline engines race."""
+    return model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        use_cache=True,
+    )

@@ -111,18 +111,7 @@ def main() -> None:
         model.eval()
         sync(args.device)
         t = time.perf_counter()
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            do_sample=True,
-            temperature=1.0,
-            top_p=1.0,
-            top_k=0,
-            max_new_tokens=args.max_new_tokens,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-            use_cache=True,
-        )
+        out = common.bare_generate(model, tok, ids, mask, args.max_new_tokens)
         sync(args.device)
         dt = time.perf_counter() - t
         comp = out[:, ids.shape[1] :]
