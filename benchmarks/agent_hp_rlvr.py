@@ -9,11 +9,13 @@ They are also compared at **equal training wall time**: each run's val success a
 validation done within the shortest run's training time.
 
 Each (method, seed) is a ``python -m lightning_rlvr.cli fit`` of ``configs/quickstart_agent.yaml``
-+ the method YAML + overrides from this script (so it follows whatever the quickstart becomes),
-followed by a ``test`` of its last checkpoint. All runs share one ``$LIGHTNING_RLVR_CACHE``: the game
-pool and the warm start (whose seed is its own, not the run's) are built once and every run starts
-from the same weights; seeds change the RL sampling only. Finished runs (a ``done.json`` in their
-folder) are skipped, so an interrupted benchmark resumes where it stopped.
++ the method YAML + its episode settings ``configs/agent/<method>.yaml`` when there is one (HP-RLVR's
+hindsight for a word vocabulary; the sweeps use the same file) + overrides from this script (so it
+follows whatever the quickstart becomes), followed by a ``test`` of its last checkpoint. All runs
+share one ``$LIGHTNING_RLVR_CACHE``: the game pool and the warm start (whose seed is its own, not the
+run's) are built once and every run starts from the same weights; seeds change the RL sampling only.
+Finished runs (a ``done.json`` in their folder) are skipped, so an interrupted benchmark resumes
+where it stopped.
 
 Reported (``lightning_rlvr.stats``): final val and test success (mean, 95% t-interval over seeds and
 the paired HP-RLVR - GRPO difference), val success at equal wall time, episodes and training seconds
@@ -50,6 +52,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -62,22 +66,22 @@ METHODS = {  # name: (key, method config, group size)
     HP: ("hp_rlvr", "configs/method/hp_rlvr.yaml", 1),
 }
 TIME_KEYS = ("time/rollout_s", "time/score_s", "time/credit_s", "time/update_s")
-# configs/method/hp_rlvr.yaml is written for the arithmetic quickstart's 24-symbol vocabulary (its
-# hindsight is " {future},{verdict}"). The word vocabulary of a text game can spell the game's own
-# final message, so the agent runs give HP-RLVR the paper's hindsight: the realised later turns, the
-# verdict and the game's feedback. (Steps end with each action on episodes; step_delimiter is unused.)
-HP_AGENT_OVERLAY = {
-    "model": {
-        "credit": {
-            "init_args": {
-                "hindsight_template": "\n{future}\n{verdict}. {feedback}",
-                "separator": "\n",
-                "pass_text": "won",
-                "fail_text": "lost",
-            }
-        }
-    }
-}
+AGENT_CONFIGS = "configs/agent"  # a method's settings for episodes, composed after its method file
+HINDSIGHT_KEYS = ("hindsight_template", "separator", "pass_text", "fail_text")  # named in the report
+
+
+def method_configs(config: str) -> list[str]:
+    """A method file and, when there is one, its episode settings ``configs/agent/<stem>.yaml``."""
+    overlay = Path(AGENT_CONFIGS) / Path(config).name
+    return [config] + ([str(overlay)] if (REPO / overlay).is_file() else [])
+
+
+def hindsight_settings() -> dict:
+    """HP-RLVR's credit settings on episodes: the method file's, updated by its episode overlay."""
+    merged: dict = {}
+    for config in method_configs(METHODS[HP][1]):
+        merged.update(yaml.safe_load((REPO / config).read_text())["model"]["credit"].get("init_args", {}))
+    return merged
 
 
 # ---------------------------------------------------------------------- budget arithmetic
@@ -203,11 +207,9 @@ def fit_and_test(method: str, seed: int, plan: Plan, args: argparse.Namespace) -
         if root.exists():  # an interrupted run: start it again from scratch
             shutil.rmtree(root)
         root.mkdir(parents=True)
-        configs = ["--config", str(REPO / args.config), "--config", str(REPO / config)]
-        if plan.group_size == 1:
-            overlay = Path(args.workdir) / "hp_rlvr_agent_overlay.json"
-            overlay.write_text(json.dumps(HP_AGENT_OVERLAY, indent=1))
-            configs += ["--config", str(overlay)]
+        configs = ["--config", str(REPO / args.config)]
+        for c in method_configs(config):
+            configs += ["--config", str(REPO / c)]
         for extra in args.extra_config:
             configs += ["--config", str(REPO / extra)]
         fit = [
@@ -484,14 +486,14 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     compute = sum(r.wall_s for r in runs)
-    hindsight = HP_AGENT_OVERLAY["model"]["credit"]["init_args"]
+    hindsight = {k: v for k, v in hindsight_settings().items() if k in HINDSIGHT_KEYS}
     body = [
         "# HP-RLVR (G = 1) vs GRPO (G = 8) on TextWorld cooking games (household family)",
         "",
         f"Command (from the repository root): `OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')} "
         f"{command_line()}`",
         "",
-        f"Configs: `{args.config}` + the method YAML"
+        f"Configs: `{args.config}` + the method YAML (+ `{AGENT_CONFIGS}/<method>.yaml` where there is one)"
         + "".join(f" + `{c}`" for c in args.extra_config)
         + (f"; overrides {' '.join(args.override)}" if args.override else "")
         + f"; HP-RLVR's hindsight for episodes: `{json.dumps(hindsight)}`. "

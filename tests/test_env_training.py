@@ -15,16 +15,12 @@ from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.rredcot import RREDCoTCredit
 from lightning_rlvr.envs.vocab import TextPolicy
 from lightning_rlvr.scoring import Scorer
-from tests.conftest import METHOD_TEST_SCALE, QUICKSTART, REPO, TINY
+from tests.conftest import AGENT_CONFIGS, METHOD_TEST_SCALE, QUICKSTART, REPO, TINY
 from tests.toy_env import EchoWords
 
 TINY_ENV = str(REPO / "tests" / "configs" / "tiny_env.yaml")
-# a method's own settings for environments (composed after TINY_ENV): OPD's teacher shares the word
-# vocabulary; HP-RLVR's hindsight keeps the game's feedback (the word tokenizer can spell it)
-ENV_SCALE = {
-    "opd": (str(REPO / "tests" / "configs" / "tiny_env_opd.yaml"),),
-    "hp_rlvr": (str(REPO / "tests" / "configs" / "tiny_env_hp_rlvr.yaml"),),
-}
+# a method's own test scale on environments (after TINY_ENV): OPD's teacher shares the word vocabulary
+ENV_SCALE = {"opd": (str(REPO / "tests" / "configs" / "tiny_env_opd.yaml"),)}
 METHODS = sorted((REPO / "configs" / "method").glob("*.yaml"))
 ENV_METRICS = ("train/success", "train/turns", "train/invalid_actions", "train/zero_grad_frac")
 
@@ -36,10 +32,14 @@ def metrics_rows(root: Path) -> list[dict]:
 
 
 def env_configs(method: Path) -> tuple[str, ...]:
+    """The method file, its settings for episodes (``configs/agent/<stem>.yaml``, as the agent sweeps
+    compose them), then the test scale."""
     stem = method.stem
+    agent = AGENT_CONFIGS / method.name
     return (
         QUICKSTART,
         str(method),
+        *((str(agent),) if agent.is_file() else ()),
         TINY,
         *METHOD_TEST_SCALE.get(stem, ()),
         TINY_ENV,
