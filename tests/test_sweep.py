@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lightning_rlvr import sweep as sw
-from tests.conftest import METHOD_TEST_SCALE, REPO, TINY
+from tests.conftest import BASE_TEST_SCALE, METHOD_TEST_SCALE, REPO, TINY
 
 SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
 
@@ -368,6 +368,12 @@ def test_submitit_launcher_runs_every_run(tmp_path, monkeypatch):
 # a run differing from one already started in this session only in these is not started again.
 SCALE_KEYS = ("trainer.", "checkpoint.", "data.", "seed_everything", "model.lr", "model.max_new_tokens")
 SCALE_KEYS += ("model.task.init_args.digits", "model.warm_start.init_args.min_accuracy")
+# Set back to the test scale (its configs' values) after the run's own configs and overrides: the batch
+# and evaluation sizes, and an environment's game pool (a sweep that asks for more held-out games would
+# otherwise generate them, seconds each).
+PINNED = ("data.batch_size", "data.val_size", "data.test_size")
+PINNED += tuple(f"model.task.init_args.{split}_games" for split in ("train", "val", "test"))
+SCALE_KEYS += PINNED
 STARTED: set = set()
 
 
@@ -375,29 +381,49 @@ def _start_key(run: sw.Run) -> tuple:
     return run.configs, tuple((k, json.dumps(v)) for k, v in run.overrides if not k.startswith(SCALE_KEYS))
 
 
+def _test_scale(base: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
+    """The test-scale configs of the base configs (``BASE_TEST_SCALE``, default tiny.yaml) and the
+    ``PINNED`` values they set, as CLI flags."""
+    scale = tuple(c for b in base for c in BASE_TEST_SCALE.get(Path(b).stem, ())) or (TINY,)
+    merged = sw._merged_config(sw.Run("scale", scale, (), (), None))
+    pins = []
+    for key in PINNED:
+        node = merged
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            pins.append(f"--{key}={sw.cli_value(node)}")
+    return scale, pins
+
+
 @pytest.mark.parametrize("sweep_file", SWEEPS, ids=lambda p: p.stem)
 def test_every_sweep_file_starts_each_of_its_runs(sweep_file, run_cli, monkeypatch, tmp_path):
     """Each distinct combination of config files and non-scale overrides in the sweep runs one
     ``fast_dev_run`` step with the run's overrides (once per test session: the lr-tuning sweeps repeat
-    their main sweep's runs); the test-scale config goes right after the base configs, so method files
-    and the sweep's overrides still apply over it (HP-RLVR keeps G = 1, the task stays the sweep's), and
-    the evaluation sizes go back to test scale after the run's overrides."""
+    their main sweep's runs); the test-scale configs of its base configs (tiny.yaml; for the agent
+    quickstart also tiny_textworld.yaml) go right after them, so method files and the sweep's overrides
+    still apply over them (HP-RLVR keeps G = 1, the task stays the sweep's), and the batch, evaluation
+    and game-pool sizes go back to test scale after the run's overrides."""
     monkeypatch.chdir(REPO)
     sweep = sw.load_sweep(sweep_file, out=tmp_path / "out")
     runs = sw.expand(sweep)
     assert runs and len({r.run_id for r in runs}) == len(runs)
     distinct = {_start_key(r): r for r in runs}
+    base = len(sweep.configs)
+    scale, pins = _test_scale(tuple(sweep.configs))
     for key, run in distinct.items():
         if key in STARTED:
             continue
         STARTED.add(key)
-        configs = run.configs
-        base = len(sweep.configs)
-        configs = (*configs[:base], TINY, *configs[base:])
+        configs = (*run.configs[:base], *scale, *run.configs[base:])
         configs += tuple(c for f in configs for c in METHOD_TEST_SCALE.get(Path(f).stem, ()))  # OPD's teacher
-        args = sw._override_args(run.overrides) + ["--data.val_size=4", "--trainer.fast_dev_run=true"]
+        args = sw._override_args(run.overrides) + pins + ["--trainer.fast_dev_run=true"]
         cli = run_cli("fit", *args, configs=configs, root=tmp_path / run.run_id)
         assert cli.model.rl_step == 1, run.run_id
+        sizes = {k: v for k, v in (p[2:].split("=", 1) for p in pins)}
+        assert sizes.get("data.batch_size") == str(cli.datamodule.batch_size)  # the pins won
+        if "model.task.init_args.test_games" in sizes:
+            assert sizes["model.task.init_args.test_games"] == str(cli.model.task.size("test"))
         grid_files = sw.Run(run.run_id, run.configs[base:], (), (), None)
         group_size = sw._merged_config(grid_files).get("model", {}).get("group_size")
         if group_size is not None:  # a method file's own G wins over the test scale's
