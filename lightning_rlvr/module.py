@@ -25,7 +25,8 @@ A credit method that reads hidden states (SHEAR) would then pay for a whole
 pass of its own; instead the update's forward runs before the credit
 (``fused_policy_pass``) and its detached outputs fill the scorer's pass.
 Every pass over the rollout (scoring, reference, update) is padding-free:
-length-sorted micro-batches, each cut to its longest row (``packing.py``).
+length-sorted micro-batches, each cut to its longest row (``packing.py``); the
+update's forwards also run each group's shared prompt once (``share_prompts``).
 Validation and test (pass@k, and maj@k for tasks with a final answer, on
 held-out prompts under a forked RNG so evaluation never shifts training) live
 in ``evaluation.py``.
@@ -56,7 +57,7 @@ from lightning_rlvr.evaluation import Evaluation
 from lightning_rlvr.losses import PolicyLoss, PPOClip
 from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
 from lightning_rlvr.objectives import loss_weights, zero_std_groups
-from lightning_rlvr.packing import MicroBatch, micro_batches
+from lightning_rlvr.packing import MicroBatch, micro_batches, shares_prompts
 from lightning_rlvr.packing import forward as packed_forward
 from lightning_rlvr.prompts import PromptFormat
 from lightning_rlvr.rewards.overlong import RewardShaper
@@ -102,6 +103,11 @@ class RLVRModule(Evaluation, LightningModule):
         micro_batch_tokens: padded tokens per forward pass in scoring and update: rows are sorted
             by length and each micro-batch cut to its longest row (``lightning_rlvr/packing.py``);
             None = rows only.
+        share_prompts: in the update's forwards, run each prompt once per micro-batch and its
+            completions after copies of its KV cache, instead of once per row (the G rows of a group
+            share it); same logits and gradients up to float rounding. Applies with a KV-cache model
+            on one rank without gradient checkpointing, else the per-row path runs
+            (``lightning_rlvr/packing.py``).
         fuse_policy_pass: let a credit method that reads hidden states take them from the
             update's own forward when nothing else needs a separate pass (see ``training_step``).
         eval_samples: completions per prompt in validation and test (pass@k up to this k; maj@k at it).
@@ -136,6 +142,7 @@ class RLVRModule(Evaluation, LightningModule):
         grad_clip: float = 1.0,
         micro_batch_size: int = 128,
         micro_batch_tokens: int | None = MICRO_BATCH_TOKENS,
+        share_prompts: bool = True,
         fuse_policy_pass: bool = True,
         eval_samples: int = 4,
         eval_seed: int = 1234,
@@ -179,6 +186,7 @@ class RLVRModule(Evaluation, LightningModule):
         self.grad_clip = grad_clip
         self.micro_batch_size = micro_batch_size
         self.micro_batch_tokens = micro_batch_tokens
+        self.share_prompts = share_prompts
         self.fuse_policy_pass = fuse_policy_pass
         self.eval_samples = eval_samples
         self.eval_seed = eval_seed
@@ -351,8 +359,9 @@ class RLVRModule(Evaluation, LightningModule):
         return Scorer(model, rollout, **sizes, **kwargs)
 
     def micro_batches(self, rollout: Rollout, rows: Tensor) -> list[MicroBatch]:
-        """The update's micro-batches of ``rows`` (padding-free: ``lightning_rlvr/packing.py``)."""
-        return micro_batches(rollout, rows, self.micro_batch_size, self.micro_batch_tokens)
+        """The update's micro-batches of ``rows`` (padding-free, prompts shared: ``packing.py``)."""
+        share = shares_prompts(self.model, self.share_prompts)
+        return micro_batches(rollout, rows, self.micro_batch_size, self.micro_batch_tokens, share=share)
 
     def reference_logprobs(self, rollout: Rollout) -> Tensor:
         """Log-probs of the sampled tokens under the frozen reference (base model when using LoRA): [N, T]."""

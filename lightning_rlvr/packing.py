@@ -43,6 +43,32 @@ grows with its size until memory runs out, raise it to what memory allows.
 Under several ranks every forward is a collective (FSDP), so the number of
 micro-batches is made equal on all ranks: a rank with fewer gets empty ones
 (``MicroBatch.rows`` of length 0), on which the caller runs an idle forward.
+
+**Shared prompts** (``share=True``, the update's forwards: ``RLVRModule(share_prompts=...)``).
+The G rows of a group repeat one prompt; run per row, the update pays for it G
+times (quickstart: a 10-token prompt before ~36 completion tokens, G = 8: ~19%
+of the update's tokens). With sharing, rows with identical prompt tokens are
+kept next to each other (groups longest first, each group's rows longest
+first), a micro-batch's size counts each distinct prompt once
+(``d x p_m + m x T_m`` tokens), and ``forward`` runs a micro-batch in two
+forwards: its d distinct prompts (with gradients, the LM head only at the last
+position), then the rows' completions after a copy of their prompt's KV cache
+(``prefix_scoring.continue_prefixes``: an ``index_select``, so each copy's
+gradient flows back to its prompt). The logits predicting completion token 0
+are the prompt forward's last; the rest come from the completion forward, which
+skips each row's last token (its logit predicts nothing). A causal model's state
+at a position depends only on the tokens before it, so logits, hidden states and
+gradients are the unshared path's up to float rounding. Where it cannot apply
+the unshared path runs, decided here (``shares_prompts``; a micro-batch where no
+prompt has two rows, or with an empty prompt, runs unshared): a model with no KV
+cache (``supports_prefix_cache``), gradient checkpointing (Hugging Face drops
+the cache under it), or several ranks, where every rank must make the same
+forward calls (FSDP collectives) and a shared micro-batch makes two.
+
+Both paths compute the LM head only where a logit is used when the model takes
+``logits_to_keep`` (Hugging Face causal LMs): never at prompt positions but the
+last. At V = 24 that is free; at V = 150k the head over the prompt tokens is a
+large part of a forward.
 """
 
 from __future__ import annotations
@@ -52,11 +78,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lightning_rlvr.distributed import max_over_ranks
+from lightning_rlvr.distributed import max_over_ranks, world_size
+from lightning_rlvr.prefix_scoring import continue_prefixes, keeps_logits, run_prefixes, supports_prefix_cache
 from lightning_rlvr.rollout import Rollout, position_ids
 
 
-def causal_lm_forward(model, input_ids: Tensor, attention_mask: Tensor, hidden: bool = False):
+def causal_lm_forward(model, input_ids: Tensor, attention_mask: Tensor, hidden: bool = False, **kwargs):
     """The model on a left-padded batch, with positions that skip the padding (as in ``generate``)."""
     return model(
         input_ids=input_ids,
@@ -64,7 +91,19 @@ def causal_lm_forward(model, input_ids: Tensor, attention_mask: Tensor, hidden: 
         position_ids=position_ids(attention_mask),
         output_hidden_states=hidden,
         use_cache=False,
+        **kwargs,
     )
+
+
+def shares_prompts(model, enabled: bool = True) -> bool:
+    """Whether ``forward`` may run each distinct prompt of a micro-batch once (module docstring).
+
+    ``enabled`` is the user's switch (``RLVRModule(share_prompts=...)``); the rest is what the
+    shared path needs: a KV-cache model, no gradient checkpointing, one rank.
+    """
+    new = "is_activation_checkpointing"  # transformers 5; ``is_gradient_checkpointing`` before
+    checkpointing = getattr(model, new if hasattr(model, new) else "is_gradient_checkpointing", False) is True
+    return enabled and world_size() == 1 and supports_prefix_cache(model) and not checkpointing
 
 
 @dataclass
@@ -75,10 +114,12 @@ class MicroBatch:
     rows: Tensor  # [m] rollout rows
     prompt: int  # p_m, longest prompt (>= 1): columns [P - p_m, P) of the prompt are kept
     width: int  # T_m, longest completion: completion columns [0, T_m) are kept
+    heads: Tensor | None = None  # [d] one rollout row per distinct prompt, when the prompts run once
+    owner: Tensor | None = None  # [m] each row's prompt among ``heads`` (None: every row runs its own)
 
 
 def micro_batches(
-    rollout: Rollout, rows: Tensor, max_rows: int, max_tokens: int | None = None
+    rollout: Rollout, rows: Tensor, max_rows: int, max_tokens: int | None = None, share: bool = False
 ) -> list[MicroBatch]:
     """Cut ``rows`` [n] of ``rollout`` into length-sorted micro-batches (same count on every rank).
 
@@ -86,31 +127,59 @@ def micro_batches(
     has fewer than ``max_rows`` rows and, with ``max_tokens`` set, its padded size
     (rows x (p_m + T_m)) stays within ``max_tokens``; a row is never split, so one row
     longer than the budget is a micro-batch of its own.
+
+    With ``share`` (``shares_prompts``), rows with the same prompt tokens come one after
+    another (their groups longest first, each group's rows longest first, so padding stays
+    low), a micro-batch's size counts each distinct prompt once (``d x p_m + m x T_m``), and
+    a micro-batch where some prompt has 2+ rows gets ``heads``/``owner``: ``forward`` runs
+    each of its prompts once. A group may still be split by the budget; each part shares.
     """
     rows = rows.to(rollout.prompt_mask.device)
     p_len = rollout.prompt_mask[rows].sum(-1).tolist()  # [n]
     c_len = rollout.completion_mask[rows].sum(-1).tolist()  # [n]
-    order = sorted(range(len(p_len)), key=lambda j: -(p_len[j] + c_len[j]))  # stable: ties keep order
+    if share:  # identical prompts: identical left-padded rows of the [N, P] layout
+        ids = rollout.prompt_ids[rows].where(rollout.prompt_mask[rows].bool(), -1)  # [n, P]
+        keys: list = [tuple(k) for k in ids.tolist()]
+        same: dict[tuple, list[int]] = {}
+        for j, k in enumerate(keys):
+            same.setdefault(k, []).append(j)
+        sets = [sorted(js, key=lambda j: -c_len[j]) for js in same.values()]
+        sets.sort(key=lambda js: -(p_len[js[0]] + c_len[js[0]]))  # stable: ties keep order
+        order = [j for js in sets for j in js]
+    else:
+        keys = list(range(len(p_len)))  # every row its own prompt
+        order = sorted(range(len(p_len)), key=lambda j: -(p_len[j] + c_len[j]))  # stable: ties keep order
     groups: list[list[int]] = []
     p_max = c_max = 0
+    prompts: set = set()
     for j in order:
         p, c = max(p_max, p_len[j], 1), max(c_max, c_len[j])
+        d = len(prompts) + (keys[j] not in prompts)  # distinct prompts with row j in (unshared: rows)
         fits = (
             groups
             and len(groups[-1]) < max_rows
-            and (max_tokens is None or (len(groups[-1]) + 1) * (p + c) <= max_tokens)
+            and (max_tokens is None or d * p + (len(groups[-1]) + 1) * c <= max_tokens)
         )
         if fits:
             groups[-1].append(j)
             p_max, c_max = p, c
+            prompts.add(keys[j])
         else:
             groups.append([j])
             p_max, c_max = max(p_len[j], 1), c_len[j]
+            prompts = {keys[j]}
     out = []
     for g in groups:
         index = torch.tensor(g, dtype=torch.long, device=rows.device)
-        prompt = max(1, max(p_len[j] for j in g))
-        out.append(MicroBatch(index, rows[index], prompt, max(c_len[j] for j in g)))
+        mb = MicroBatch(index, rows[index], max(1, max(p_len[j] for j in g)), max(c_len[j] for j in g))
+        first: dict = {}  # prompt -> its first row here, in order of appearance
+        for j in g:
+            first.setdefault(keys[j], j)
+        if share and len(first) < len(g) and mb.width and min(p_len[j] for j in g):
+            slot = {k: s for s, k in enumerate(first)}
+            mb.heads = rows[torch.tensor(list(first.values()), dtype=torch.long, device=rows.device)]
+            mb.owner = torch.tensor([slot[keys[j]] for j in g], dtype=torch.long, device=rows.device)
+        out.append(mb)
     missing = max_over_ranks(len(out), rows.device) - len(out)
     empty = torch.zeros(0, dtype=torch.long, device=rows.device)
     return out + [MicroBatch(empty, empty, 1, 0) for _ in range(missing)]
@@ -129,15 +198,47 @@ def forward(model, rollout: Rollout, mb: MicroBatch, hidden: bool = False) -> tu
         out = causal_lm_forward(model, ids, torch.ones_like(ids), hidden=hidden)
         h = out.hidden_states[-1][:0, :0] if hidden else None
         return out.logits[:0, :0], h
+    if mb.owner is not None:
+        return _shared_forward(model, rollout, mb, hidden)
     ids = torch.cat(
         [rollout.prompt_ids[mb.rows, P - mb.prompt :], rollout.completion_ids[mb.rows, : mb.width]], 1
     )
     attn = torch.cat(
         [rollout.prompt_mask[mb.rows, P - mb.prompt :], rollout.completion_mask[mb.rows, : mb.width]], 1
     )  # [m, p_m + T_m]
+    if mb.width and keeps_logits(model):  # the head only where a logit is used; the last token predicts none
+        pos = position_ids(attn)[:, :-1]
+        out = model(
+            input_ids=ids[:, :-1], attention_mask=attn[:, :-1], position_ids=pos,
+            output_hidden_states=hidden, use_cache=False, logits_to_keep=mb.width,
+        )  # fmt: skip
+        return out.logits, (out.hidden_states[-1][:, -mb.width :] if hidden else None)
     out = causal_lm_forward(model, ids, attn, hidden=hidden)
     cols = slice(mb.prompt - 1, mb.prompt - 1 + mb.width)  # the logit at column j predicts token j + 1
     return out.logits[:, cols], (out.hidden_states[-1][:, cols] if hidden else None)
+
+
+def _shared_forward(model, rollout: Rollout, mb: MicroBatch, hidden: bool) -> tuple[Tensor, Tensor | None]:
+    """``forward`` with each distinct prompt run once (module docstring): the prompts [d, p_m], then
+    the completions [m, T_m - 1] after copies of their prompt's cache. Same outputs as ``forward``."""
+    P = rollout.prompt_ids.shape[1]
+    p_mask = rollout.prompt_mask[mb.heads, P - mb.prompt :]  # [d, p_m]
+    keep = {"logits_to_keep": 1} if keeps_logits(model) else {}
+    out, cache = run_prefixes(
+        model, rollout.prompt_ids[mb.heads, P - mb.prompt :], p_mask, output_hidden_states=hidden, **keep
+    )
+    logits = out.logits[:, -1:][mb.owner]  # [m, 1, V] predicts completion token 0
+    states = out.hidden_states[-1][:, -1:][mb.owner] if hidden else None  # [m, 1, H]
+    if mb.width == 1:
+        return logits, states
+    c_mask = rollout.completion_mask[mb.rows, : mb.width - 1]  # [m, T_m - 1]
+    attn = torch.cat([p_mask[mb.owner], c_mask], 1)  # [m, p_m + T_m - 1]
+    rest = continue_prefixes(
+        model, cache, mb.owner, rollout.completion_ids[mb.rows, : mb.width - 1], attn,
+        position_ids(attn)[:, mb.prompt :], output_hidden_states=hidden,
+    )  # fmt: skip
+    logits = torch.cat([logits, rest.logits], 1)  # [m, T_m, V]
+    return logits, (torch.cat([states, rest.hidden_states[-1]], 1) if hidden else None)
 
 
 def place(dst: Tensor, mb: MicroBatch, src: Tensor) -> None:

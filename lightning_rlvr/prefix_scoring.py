@@ -22,11 +22,18 @@ the tokens before it, so cutting the cache at ``k`` and continuing gives what th
 whole sequence gives. Needs a model that takes ``past_key_values`` (a Hugging
 Face causal LM, ``supports_prefix_cache``); ``Scorer`` falls back to whole
 sequences otherwise, and under several ranks (whose forwards must stay in lockstep).
+
+The cache handling (``run_prefixes``: prefixes once with their cache;
+``continue_prefixes``: the cache copied to the rows that use it, and their
+tokens run after it) is shared with the update's shared-prompt forward
+(``packing.py``), which runs it with gradients: the copy is an ``index_select``
+on the batch dimension, so the gradient of every copy flows back to its prefix.
 """
 
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -41,13 +48,52 @@ def supports_prefix_cache(model) -> bool:
     return callable(getattr(model, "prepare_inputs_for_generation", None))
 
 
+def _forward_params(model) -> set[str]:
+    """The keywords ``model``'s forward names; a ``peft`` wrapper (``**kwargs`` only) is looked through."""
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    try:
+        return set(inspect.signature(getattr(base, "forward", base)).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
 def _cache_arg(model) -> str:
     """The keyword a model takes its KV cache by (``cache`` since transformers 5.x, else the old name)."""
-    forward = getattr(model, "forward", model)
-    try:
-        return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
-    except (TypeError, ValueError):
-        return "past_key_values"
+    return "cache" if "cache" in _forward_params(model) else "past_key_values"
+
+
+def keeps_logits(model) -> bool:
+    """Whether ``model`` computes logits at only some positions on request (``logits_to_keep``, HF)."""
+    return "logits_to_keep" in _forward_params(model)
+
+
+def run_prefixes(model, ids: Tensor, mask: Tensor, **kwargs) -> tuple[Any, Any]:
+    """The model on left-padded prefixes ids/mask [d, L] (positions skip the padding), its KV cache kept.
+
+    Returns the model's output and the cache. ``kwargs`` go to the model (``output_hidden_states``,
+    ``logits_to_keep``).
+    """
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True, **kwargs)
+    return out, (out.cache if getattr(out, "cache", None) is not None else out.past_key_values)
+
+
+def continue_prefixes(model, cache, owner: Tensor, ids: Tensor, attention: Tensor, positions: Tensor, **kw):
+    """The model on ``ids`` [n, S], row j after prefix ``owner[j]`` of ``cache`` (from ``run_prefixes``).
+
+    The cache is copied to the rows in place (an ``index_select`` on the batch dimension:
+    differentiable, so each copy's gradient reaches its prefix). ``attention`` [n, L + S] covers
+    the cached columns and the new ones; ``positions`` [n, S] are the new tokens' positions;
+    ``kw`` go to the model.
+    """
+    cache.reorder_cache(owner)  # one copy of the prefix cache per row
+    return model(
+        input_ids=ids,
+        attention_mask=attention,
+        position_ids=positions,
+        use_cache=True,
+        **{_cache_arg(model): cache},
+        **kw,
+    )
 
 
 def _key(item: Item) -> tuple:
@@ -78,14 +124,12 @@ def suffix_logits(model, prefixes: list[Tensor], items: list[Item], pad_id: int)
     mask = torch.zeros((len(seqs), Lp), dtype=torch.long, device=device)
     for j, s in enumerate(seqs):
         ids[j, Lp - len(s) :], mask[j, Lp - len(s) :] = s, 1
-    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True)
-    cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+    _, cache = run_prefixes(model, ids, mask)
     tokens = int(mask.sum())
 
     # the distinct suffixes, each behind its prefix's last kept token, right-padded
     n = len(distinct)
     owner = torch.tensor([slot[p] for p, _, _ in distinct], device=device)  # [n]
-    cache.reorder_cache(owner)  # one copy of the prefix cache per suffix
     keep = torch.tensor([k for _, k, _ in distinct], device=device)  # [n]
     lengths = torch.tensor([len(prefixes[p]) for p, _, _ in distinct], device=device)  # [n]
     S = max(len(s) for _, _, s in distinct)
@@ -99,12 +143,6 @@ def suffix_logits(model, prefixes: list[Tensor], items: list[Item], pad_id: int)
     head = (col >= start) & (col < start + keep[:, None] - 1)  # [n, Lp] the kept prefix, last token re-fed
     attention = torch.cat([head.long(), sfx_mask], dim=1)  # [n, Lp + S + 1]
     pos = (keep - 1)[:, None] + torch.arange(S + 1, device=device)[None]  # [n, S + 1]
-    logits = model(
-        input_ids=sfx,
-        attention_mask=attention,
-        position_ids=pos,
-        use_cache=True,
-        **{_cache_arg(model): cache},
-    ).logits[:, :S]  # [n, S, V] row j predicts suffix token j
+    logits = continue_prefixes(model, cache, owner, sfx, attention, pos).logits[:, :S]  # [n, S, V]: token j
     tokens += int(sfx_mask.sum())
     return logits[torch.tensor(where, device=device)], tokens

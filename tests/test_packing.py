@@ -1,4 +1,5 @@
-"""Padding-free passes: the same log-probs, gradients and SHEAR credit as the padded layout.
+"""Padding-free passes: the same log-probs, gradients and SHEAR credit as the padded layout,
+with each group's prompt run once (shared prompts) or once per row.
 
 Rollouts are built by hand with ragged prompts and completions, including empty and
 one-token completions and rows of the full width, so trimming and sorting have work to do.
@@ -8,16 +9,20 @@ independent of ``lightning_rlvr/packing.py``.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
-from lightning.pytorch import Trainer
+from lightning.pytorch import Trainer, seed_everything
 
-from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy
+from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy, packing
 from lightning_rlvr.credit import Credit
 from lightning_rlvr.credit.shear import SHEARCredit
 from lightning_rlvr.losses import CISPO, GSPO, PPOClip
+from lightning_rlvr.models import apply_lora
 from lightning_rlvr.objectives import loss_weights
-from lightning_rlvr.packing import causal_lm_forward, micro_batches
+from lightning_rlvr.packing import MicroBatch, causal_lm_forward, micro_batches, shares_prompts
+from lightning_rlvr.packing import forward as packed_forward
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import Scorer, entropy_from_logits, same_in_train_mode, token_logprobs
 from tests.rollouts import rollout_from_ids
@@ -52,23 +57,44 @@ def padded_logits(model, r: Rollout) -> torch.Tensor:
     return causal_lm_forward(model, r.input_ids, r.attention_mask).logits[:, P - 1 : -1]
 
 
+def prompt_of(r: Rollout, row: int) -> tuple:
+    return tuple(r.prompt_tokens(row).tolist())
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["per-row", "shared"])
 @pytest.mark.parametrize("max_rows, max_tokens", [(3, None), (128, 40), (5, 64), (1, None)])
-def test_micro_batches_cover_every_row_once_within_budget_and_keep_only_padding_out(max_rows, max_tokens):
+def test_micro_batches_cover_every_row_once_within_budget_and_drop_only_padding(max_rows, max_tokens, share):
     for seed in range(5):
         r = ragged_rollout(seed, n=16)
         rows = torch.randperm(16, generator=torch.Generator().manual_seed(seed))[:13]
-        batches = micro_batches(r, rows, max_rows, max_tokens)
+        batches = micro_batches(r, rows, max_rows, max_tokens, share=share)
         index = torch.cat([mb.index for mb in batches])
         assert sorted(index.tolist()) == list(range(len(rows)))
         p_len, c_len = r.prompt_mask.sum(-1), r.completion_mask.sum(-1)
+        padded = real = 0
         for mb in batches:
             assert torch.equal(mb.rows, rows[mb.index])
             assert 1 <= len(mb.rows) <= max_rows
             assert mb.prompt == max(1, int(p_len[mb.rows].max())) and mb.width == int(c_len[mb.rows].max())
+            prompts = {prompt_of(r, i) for i in mb.rows.tolist()}
+            d = len(prompts) if share else len(mb.rows)  # prompts run: each distinct one once when shared
             if max_tokens is not None and len(mb.rows) > 1:
-                assert len(mb.rows) * (mb.prompt + mb.width) <= max_tokens
-        real = (p_len + c_len)[rows]
-        assert sum(len(mb.rows) * (mb.prompt + mb.width) for mb in batches) >= int(real.sum())
+                assert d * mb.prompt + len(mb.rows) * mb.width <= max_tokens
+            padded += d * mb.prompt + len(mb.rows) * mb.width
+            real += sum(map(len, prompts)) if share else int(p_len[mb.rows].sum())
+            real += int(c_len[mb.rows].sum())
+            if mb.owner is None:  # per row: sharing off, or no prompt with two rows here, or nothing to run
+                assert not share or len(prompts) == len(mb.rows) or mb.width == 0
+            else:
+                assert share and len(mb.heads) == len(prompts) < len(mb.rows)
+                for j, i in enumerate(mb.rows.tolist()):
+                    assert prompt_of(r, int(mb.heads[mb.owner[j]])) == prompt_of(r, i)
+        assert padded >= real
+        if share:  # the rows of one prompt sit in consecutive micro-batches
+            held = [{prompt_of(r, i) for i in mb.rows.tolist()} for mb in batches]
+            for prompt in {prompt_of(r, i) for i in rows.tolist()}:
+                at = [k for k, prompts in enumerate(held) if prompt in prompts]
+                assert at == list(range(at[0], at[-1] + 1))
 
 
 @pytest.mark.parametrize("max_rows, max_tokens", [(3, None), (128, 40)])
@@ -237,3 +263,152 @@ def test_dropout_keeps_the_separate_eval_mode_pass(tmp_path):
     assert same_in_train_mode(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))
     step = _shear_step(tmp_path, fuse=True, dropout=0.1)
     assert not step.fused and step.extra_tokens > 0
+
+
+# ---------------------------------------------------------------------------- shared prompts
+def _unshared(mb: MicroBatch) -> MicroBatch:
+    """The same rows and columns, run one prompt per row."""
+    return MicroBatch(mb.index, mb.rows, mb.prompt, mb.width)
+
+
+def _padded_hidden(model, r: Rollout) -> torch.Tensor:
+    P = r.prompt_ids.shape[1]
+    out = causal_lm_forward(model, r.input_ids, r.attention_mask, hidden=True)
+    return out.hidden_states[-1][:, P - 1 : -1]
+
+
+def _random_weights(r: Rollout, seed: int) -> torch.Tensor:
+    """Per-token loss weights [N, T], 0 on completion padding."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(r.completion_mask.shape, generator=gen) * r.completion_mask
+
+
+def test_shared_prompt_forward_equals_the_per_row_forward_and_the_padded_layout():
+    model, tok = TinyPolicy(**SHAPE).load()
+    cases = {"shared": 0, "split": 0, "one-token": 0, "empty": 0}
+    sizes = [(128, None), (128, 40), (3, None), (5, 64)]  # (rows, tokens) per micro-batch
+    for seed, (max_rows, max_tokens) in itertools.product(range(3), sizes):
+        r = ragged_rollout(seed, tokenizer=tok)  # 3 groups of 4 rows, prompts of 1-7 tokens left-padded
+        with torch.no_grad():
+            ref, ref_h = padded_logits(model, r), _padded_hidden(model, r)  # [N, T, V], [N, T, H]
+        batches = micro_batches(r, torch.arange(r.num_rows), max_rows, max_tokens, share=True)
+        holders = [{prompt_of(r, i) for i in mb.rows.tolist()} for mb in batches]
+        cases["split"] += sum(len(a & b) for a, b in zip(holders, holders[1:]))  # a group across batches
+        for mb in batches:
+            logits, hidden = packed_forward(model, r, mb, hidden=True)  # [m, T_m, V], [m, T_m, H]
+            want, want_h = packed_forward(model, r, _unshared(mb), hidden=True)
+            assert logits.shape == want.shape and hidden.shape == want_h.shape
+            torch.testing.assert_close(logits, want, rtol=1e-5, atol=1e-5)  # every position, padding too
+            torch.testing.assert_close(hidden, want_h, rtol=1e-5, atol=1e-5)
+            mask = r.completion_mask[mb.rows, : mb.width].bool()
+            torch.testing.assert_close(logits[mask], ref[mb.rows, : mb.width][mask], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(hidden[mask], ref_h[mb.rows, : mb.width][mask], rtol=1e-5, atol=1e-5)
+            if mb.owner is not None:
+                lengths = r.completion_mask[mb.rows].sum(-1).tolist()
+                cases["shared"] += 1
+                cases["one-token"] += lengths.count(1)
+                cases["empty"] += lengths.count(0)
+    assert all(cases.values()), cases  # every class of input met the shared path
+
+
+def _weighted_logp_grads(model, r: Rollout, batches, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Gradients of sum(weights * log-probs of the completion tokens), one backward per micro-batch."""
+    model.zero_grad(set_to_none=True)
+    for mb in batches:
+        logits, _ = packed_forward(model, r, mb)
+        logp = token_logprobs(logits, r.completion_ids[mb.rows, : mb.width])  # [m, T_m]
+        (logp * weights[mb.rows, : mb.width]).sum().backward()
+    return _grads(model)
+
+
+def _assert_same_grads(got: dict, want: dict, rtol: float = 1e-5) -> None:
+    """Equal up to float rounding: ``rtol`` of each element, and of the tensor's largest one near 0."""
+    assert set(got) == set(want) and any(g.abs().max() > 0 for g in want.values())
+    for name, g in want.items():
+        torch.testing.assert_close(got[name], g, rtol=rtol, atol=rtol * float(g.abs().max()), msg=name)
+
+
+@pytest.mark.parametrize("max_tokens", [None, 40])
+def test_shared_prompt_gradients_equal_the_padded_layout(max_tokens):
+    model, tok = TinyPolicy(**SHAPE).load()
+    for seed in range(2):
+        r = ragged_rollout(seed, tokenizer=tok)
+        weights = _random_weights(r, seed)  # [N, T]
+        model.zero_grad(set_to_none=True)
+        (token_logprobs(padded_logits(model, r), r.completion_ids) * weights).sum().backward()
+        want = _grads(model)
+        batches = micro_batches(r, torch.arange(r.num_rows), 128, max_tokens, share=True)
+        assert any(mb.owner is not None for mb in batches)
+        _assert_same_grads(_weighted_logp_grads(model, r, batches, weights), want)
+
+
+def test_shared_prompts_fall_back_where_they_cannot_apply():
+    model, tok = TinyPolicy(**SHAPE).load()
+    assert shares_prompts(model) and not shares_prompts(model, enabled=False)
+    no_cache = torch.nn.Linear(2, 2)  # no KV cache to continue from
+    assert not shares_prompts(no_cache)
+    # no prompt with two rows: the shared batching is the per-row one, and runs per row
+    r = ragged_rollout(4, n=16, tokenizer=tok, group_size=1)
+    first = {prompt_of(r, i): i for i in reversed(range(r.num_rows))}  # random prompts may repeat
+    rows = torch.tensor(sorted(first.values()))  # one row per distinct prompt
+    assert len(rows) > 8
+    for max_tokens in (None, 40):
+        shared, plain = (micro_batches(r, rows, 128, max_tokens, share=s) for s in (True, False))
+        assert [mb.rows.tolist() for mb in shared] == [mb.rows.tolist() for mb in plain]
+        assert all(mb.owner is None for mb in shared)
+    # gradient checkpointing (Hugging Face drops the KV cache under it): per-row, same gradients
+    r = ragged_rollout(0, tokenizer=tok)
+    weights = _random_weights(r, 0)
+    batches = micro_batches(r, torch.arange(r.num_rows), 128, share=True)
+    want = _weighted_logp_grads(model, r, batches, weights)
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()
+    model.train()
+    assert not shares_prompts(model)
+    batches = micro_batches(r, torch.arange(r.num_rows), 128, share=shares_prompts(model))
+    assert all(mb.owner is None for mb in batches)
+    _assert_same_grads(_weighted_logp_grads(model, r, batches, weights), want)
+
+
+def test_shared_prompts_with_lora_train_the_adapters_alike():
+    model, tok = TinyPolicy(**SHAPE).load()
+    model = apply_lora(model, {"r": 4, "init_lora_weights": False})  # B != 0: every adapter gets a gradient
+    assert shares_prompts(model)
+    r = ragged_rollout(1, tokenizer=tok)
+    weights = _random_weights(r, 1)
+    rows = torch.arange(r.num_rows)
+    shared = micro_batches(r, rows, 128, 40, share=True)
+    assert any(mb.owner is not None for mb in shared)
+    got = _weighted_logp_grads(model, r, shared, weights)
+    assert got and all("lora_" in name for name in got)
+    _assert_same_grads(got, _weighted_logp_grads(model, r, [_unshared(mb) for mb in shared], weights))
+
+
+def test_a_fit_with_shared_prompts_makes_the_weights_of_a_fit_without(tmp_path, monkeypatch):
+    calls = []
+    shared_forward = packing._shared_forward
+    monkeypatch.setattr(packing, "_shared_forward", lambda *a: calls.append(1) or shared_forward(*a))
+    policy = TinyPolicy(**SHAPE)
+    start, tok = policy.load()
+    rollout = ragged_rollout(3, n=16, tokenizer=tok)  # every group has mixed rewards: the weights move
+    weights, lr = {}, 1e-2
+    for share in (True, False):
+        calls.clear()
+        seed_everything(0)
+        module = FixedRollout(
+            rollout, task=AdditionTask(digits=1), policy=policy, max_new_tokens=T_MAX, micro_batch_size=5,
+            micro_batch_tokens=48, share_prompts=share, validate_at_start=False, lr=lr,
+        )  # fmt: skip
+        Trainer(
+            max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path,
+        ).fit(module, RLVRDataModule(batch_size=2, val_size=2))  # fmt: skip
+        weights[share] = module.model.state_dict()
+        assert bool(calls) == share
+    start = start.state_dict()
+    moved = [float((w - start[k]).abs().max()) for k, w in weights[True].items()]
+    assert min(moved) > 0.5 * lr  # every weight tensor moved by about a step or more
+    for name, w in weights[False].items():
+        # Adam moves a weight ~lr whatever its gradient's size, so a gradient near 0 that differs in
+        # the last bits moves it by a little more or less: a tolerance of 1/1000 of a step
+        torch.testing.assert_close(weights[True][name], w, rtol=0, atol=1e-3 * lr, msg=name)
