@@ -449,6 +449,8 @@ class RLVRModule(Evaluation, LightningModule):
                     loss_total += float(loss.detach())
                     with torch.no_grad():
                         tok_stats["entropy"] = entropy_from_logits(logits.detach())
+                        adv = credit.advantages[rows, :Tm]  # [m, T_m] what the loss pushes each token by
+                        tok_stats["advantage"], tok_stats["advantage_abs"] = adv, adv.abs()
                         for k, v in tok_stats.items():
                             parts[k] = parts.get(k, 0.0) + float((v * w).sum())
                 grad_norm = self._clip_gradients()

@@ -9,6 +9,7 @@ from lightning.pytorch import Trainer
 from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy
 from lightning_rlvr.credit import Credit, GRPOCredit
 from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.tasks.base import Verdict
 
 
 def tiny_module(**kwargs) -> RLVRModule:
@@ -88,3 +89,60 @@ def test_iterating_the_loaders_leaves_the_training_rng_alone():
         assert len(list(loader)) == 2
     next(iter(data.train_dataloader()))
     assert torch.equal(torch.get_rng_state(), before)
+
+
+class ConstantCredit(GRPOCredit):
+    """Every token of every rollout pushed by the same advantage."""
+
+    def __init__(self, value: float):
+        super().__init__()
+        self.value = value
+
+    def assign(self, rollout, scorer):
+        return Credit(advantages=torch.full(rollout.completion_ids.shape, self.value))
+
+
+class DownweightCorrect(GRPOCredit):
+    """GRPO's advantages, with the correct rollouts' tokens weighted by 0.1 (a net push down)."""
+
+    def assign(self, rollout, scorer):
+        credit = super().assign(rollout, scorer)
+        credit.advantages = torch.where(credit.advantages > 0, 0.1 * credit.advantages, credit.advantages)
+        return credit
+
+
+class EvenLengthTask(AdditionTask):
+    """Correct iff the completion has an even number of characters: mixed outcomes in every group
+    of an untrained policy, so group advantages are not all 0."""
+
+    def __init__(self):
+        super().__init__(digits=1)
+
+    def check(self, completion, problem):
+        return Verdict(float(len(completion) % 2 == 0), "")
+
+
+CASES = [(ConstantCredit(-0.5), "exact"), (ConstantCredit(2.0), "exact"), (GRPOCredit(), 0)]
+CASES += [(DownweightCorrect(), -1)]
+
+
+IDS = ["constant-neg", "constant-pos", "grpo", "downweighted-correct"]
+
+
+@pytest.mark.parametrize("credit, sign", CASES, ids=IDS)
+def test_the_net_advantage_says_which_way_the_update_pushes(credit, sign, tmp_path):
+    """train/advantage is the loss-weighted mean token advantage: a constant for a constant credit, ~0 for
+    GRPO's group-standardised advantages under seq_mean, negative when correct rollouts weigh less."""
+    torch.manual_seed(0)
+    module = tiny_module(task=EvenLengthTask(), credit=credit)
+    trainer(tmp_path, 1).fit(module, RLVRDataModule(batch_size=4, val_size=2))
+    assert float(module.trainer.callback_metrics["train/frac_zero_std"]) < 1.0  # some group has both outcomes
+    net = float(module.trainer.callback_metrics["train/advantage"])
+    size = float(module.trainer.callback_metrics["train/advantage_abs"])
+    if sign == "exact":
+        assert net == pytest.approx(credit.value, rel=1e-5)
+        assert size == pytest.approx(abs(credit.value), rel=1e-5)
+    elif sign == 0:
+        assert size > 0.1 and abs(net) <= 1e-5 * size
+    else:
+        assert size > 0 and net < -0.1 * size  # the failed rollouts' push dominates
