@@ -65,6 +65,7 @@ class RLVRCLI(LightningCLI):
         )
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        self._argv = list(sys.argv[1:] if args is None else args) if not isinstance(args, dict) else []
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         resolve_output_paths(self.config[subcommand] if subcommand else self.config)
@@ -102,7 +103,35 @@ class RLVRCLI(LightningCLI):
             return
         if "_class_path" in hparams:
             hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        for path, value in _model_flags(getattr(self, "_argv", [])):  # the user's own flags win
+            _set_path(hparams, path, value)
         self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+
+
+def _model_flags(argv: list[str]) -> list[tuple[list[str], Any]]:
+    """The ``--model.a.b value`` / ``--model.a.b=value`` flags of a command line, values parsed as YAML
+    (as the parser reads a flag's value): with ``--ckpt_path`` they apply over the checkpoint's
+    hyperparameters, so ``test --ckpt_path c --model.eval_samples 8`` tests with 8 samples."""
+    out = []
+    for i, token in enumerate(argv):
+        if not token.startswith("--model."):
+            continue
+        key, eq, value = token[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(argv):
+                continue  # the parser has already rejected a flag without a value
+            value = argv[i + 1]
+        out.append((key.split(".")[1:], yaml.safe_load(value)))
+    return out
+
+
+def _set_path(tree: dict, path: list[str], value: Any) -> None:
+    """``tree[a][b]... = value`` for ``path`` [a, b, ...], making the dicts on the way."""
+    for key in path[:-1]:
+        if not isinstance(tree.get(key), dict):
+            tree[key] = {}
+        tree = tree[key]
+    tree[path[-1]] = value
 
 
 def _loggers(trainer_config: Any) -> list[Any]:

@@ -141,6 +141,23 @@ def test_every_method_fits_at_test_scale(method, run_cli, tmp_path):
         assert torch.isfinite(torch.tensor(float(r["train/grad_norm"])))
 
 
+def test_flags_given_with_a_checkpoint_win_over_its_hyperparameters(run_cli, tmp_path):
+    """``test --ckpt_path`` rebuilds the module from the checkpoint; a --model flag on the same command
+    line (top-level or nested, ``--k v`` or ``--k=v``) changes what it says, everything else stays."""
+    fit = run_cli("fit", "--model.credit.init_args.scale_by_std", "false")
+    ckpt = fit.trainer.checkpoint_callback.last_model_path
+    assert fit.model.eval_samples == 2
+    cli = run_cli(
+        "test", "--ckpt_path", ckpt, "--data.test_size", "4", "--model.eval_samples", "4",
+        "--model.credit.init_args.scale_by_std=true", configs=(), root=tmp_path / "eval",
+    )  # fmt: skip
+    assert cli.model.eval_samples == 4 and "test/pass@4" in cli.trainer.callback_metrics
+    assert cli.model.credit.scale_by_std is True
+    assert cli.model.task.digits == 1 and cli.model.group_size == fit.model.group_size  # the checkpoint's
+    resumed = run_cli("fit", "--ckpt_path", ckpt, "--trainer.max_steps", "3", "--model.lr", "1.0e-5")
+    assert resumed.model.lr == 1.0e-5 and resumed.model.credit.scale_by_std is False
+
+
 def test_lora_fit_after_warm_start_and_test_from_its_checkpoint(run_cli, tmp_path):
     lora = str(REPO / "configs" / "peft" / "lora.yaml")
     fit = run_cli("fit", "--model.loss.init_args.kl_beta", "0.05", configs=(QUICKSTART, TINY, lora))
