@@ -486,6 +486,9 @@ def main(argv: list[str] | None = None, runner: CommandRunner = subprocess_runne
             first = list(warm_start_groups(todo).values())  # these fill the warm-start cache first
             run_submitit(sweep, first, env, args.launcher, params, runner)
             run_submitit(sweep, [r for r in todo if r not in first], env, args.launcher, params, runner)
+    for run in all_runs:  # files added to a done run since (a credit_eval.csv) join its archive
+        if is_done(sweep, run):
+            archive_run(sweep, run)
     paths = write_report(sweep, all_runs)
     for p in paths:
         log.info("wrote %s", p)

@@ -2,8 +2,10 @@
 
 A run directory under ``out`` (ignored by git) holds checkpoints and logs, tens of MB a run.
 What the report reads is much smaller: the run's ``spec.json``, its ``fit.done`` and ``DONE``
-markers, ``test_metrics.json`` and the fit's ``metrics.csv`` files. ``archive_run`` copies exactly
-those into ``<report_dir>/runs/<run_id>/`` once a run is done; committed with the report, they let
+markers, ``test_metrics.json``, the fit's ``metrics.csv`` files and, once the credit lab has scored
+the final checkpoint, ``credit_eval.csv``. ``archive_run`` copies exactly those into
+``<report_dir>/runs/<run_id>/`` once a run is done, and again whenever the report is written (so a
+later ``credit_eval.csv`` is kept too); committed with the report, they let
 a sweep interrupted by the end of a session continue on a fresh clone: ``restore_runs`` copies an
 archived run back into an empty run directory before the sweep decides what is left to run, so it
 counts as done (its recorded spec still has to match the sweep file's, as for any finished run).
@@ -18,10 +20,10 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from lightning_rlvr.sweep_spec import DONE, FIT_DONE, SPEC, TEST_METRICS, Run, Sweep, run_dir
+from lightning_rlvr.sweep_spec import CREDIT_EVAL, DONE, FIT_DONE, SPEC, TEST_METRICS, Run, Sweep, run_dir
 
 ARCHIVE = "runs"  # under the sweep's report_dir
-MARKERS = (SPEC, FIT_DONE, TEST_METRICS)  # DONE is copied last: a half-copied run is not done
+MARKERS = (SPEC, FIT_DONE, TEST_METRICS, CREDIT_EVAL)  # DONE is copied last: a half-copied run is not done
 
 
 def archive_dir(sweep: Sweep, run: Run) -> Path:

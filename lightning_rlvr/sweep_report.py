@@ -40,6 +40,7 @@ from pathlib import Path
 
 from lightning_rlvr.stats import paired_comparison, t_interval, t_quantile, time_to_reach  # noqa: F401
 from lightning_rlvr.sweep_spec import (
+    CREDIT_EVAL,
     DONE,
     TEST_METRICS,
     ReportSettings,
@@ -53,7 +54,6 @@ from lightning_rlvr.sweep_spec import (
 TAIL = 10  # steps averaged for the final train reward
 SMOOTH = 5  # trailing moving average of the train-reward curve
 STEP_TIME_KEYS = ("time/rollout_s", "time/score_s", "time/credit_s", "time/update_s")  # one RL step
-CREDIT_EVAL = "credit_eval.csv"  # per run directory, optional
 CREDIT_COLUMNS = ("spearman", "localisation", "sign_agreement")
 TIME_TO_TARGET = "time_to_target_s"
 # (results.csv column, table header, decimals); test/pass@k columns are added as found

@@ -457,3 +457,28 @@ def test_the_run_archive_under_a_report_directory_is_committed_not_ignored():
         check = subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO)
         assert check.returncode == 1, f"{path} is ignored by .gitignore"
     assert subprocess.run(["git", "check-ignore", "-q", "runs/sweeps/x/DONE"], cwd=REPO).returncode == 0
+
+
+def test_a_credit_eval_added_after_a_run_is_archived_and_survives_a_fresh_clone(tmp_path, monkeypatch):
+    """The credit lab scores a final checkpoint after its run is done; the next report archives the
+    credit_eval.csv with the run, so the report's credit columns come back on a fresh clone."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    path = write(
+        tmp_path / "s.yaml",
+        "out: out\nreport_dir: rep\ngrid:\n  config: [m/one.yaml]\n  seed_everything: [0, 1]\n",
+    )
+    assert sw.main([str(path), "--jobs", "1"], runner=FakeLightning()) == 0
+    (tmp_path / "out" / "one__seed=1" / "credit_eval.csv").write_text("method,spearman\none,0.25\n")
+    assert sw.main([str(path), "--report-only"], runner=FakeLightning()) == 0
+    assert (tmp_path / "rep" / "runs" / "one__seed=1" / "credit_eval.csv").is_file()
+    shutil.rmtree(tmp_path / "out")  # a fresh clone
+    again = FakeLightning()
+    assert sw.main([str(path), "--jobs", "1"], runner=again) == 0
+    assert [c for c in again.calls if c[1] != "_warmup"] == []  # both runs restored, nothing reruns
+    with open(tmp_path / "rep" / "results.csv") as f:
+        rows = {r["run_id"]: r for r in csv.DictReader(f)}
+    assert (
+        rows["one__seed=1"]["credit_eval/spearman"] == "0.25"
+        and rows["one__seed=0"]["credit_eval/spearman"] == ""
+    )
