@@ -54,7 +54,8 @@ from lightning_rlvr.sweep_spec import (
 TAIL = 10  # steps averaged for the final train reward
 SMOOTH = 5  # trailing moving average of the train-reward curve
 STEP_TIME_KEYS = ("time/rollout_s", "time/score_s", "time/credit_s", "time/update_s")  # one RL step
-CREDIT_COLUMNS = ("spearman", "localisation", "sign_agreement")
+# credit_eval.csv metrics (``lightning_rlvr.credit_eval.write_csv`` writes each as ``<name>_mean`` etc.)
+CREDIT_COLUMNS = ("spearman", "localisation", "sign")
 TIME_TO_TARGET = "time_to_target_s"
 # (results.csv column, table header, decimals); test/pass@k columns are added as found
 SUMMARY = [
@@ -97,7 +98,8 @@ def train_seconds_curve(directory: Path) -> list[tuple[float, float]]:
 
 
 def read_credit_eval(directory: Path, method: str | None = None) -> dict[str, float]:
-    """``credit_eval/<column>``: the mean of each ``CREDIT_COLUMNS`` column of the run's credit_eval.csv.
+    """``credit_eval/<column>``: the mean over rows of each ``CREDIT_COLUMNS`` metric's ``<column>_mean``
+    in the run's credit_eval.csv (as ``lightning-rlvr-credit-eval`` writes it).
 
     Rows whose ``method`` column names ``method`` are used when there are any (a file that evaluated
     several methods on the checkpoint), else all rows. Empty when the file or the columns are absent.
@@ -114,7 +116,7 @@ def read_credit_eval(directory: Path, method: str | None = None) -> dict[str, fl
         values = []
         for r in rows:
             try:
-                values.append(float(r.get(column) or "nan"))
+                values.append(float(r.get(f"{column}_mean") or "nan"))
             except ValueError:
                 continue
         values = [v for v in values if math.isfinite(v)]

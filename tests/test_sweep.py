@@ -14,6 +14,7 @@ import pytest
 
 from lightning_rlvr import sweep as sw
 from tests.conftest import BASE_TEST_SCALE, METHOD_TEST_SCALE, REPO, TINY
+from tests.test_sweep_report import write_credit_eval
 
 SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
 
@@ -469,7 +470,7 @@ def test_a_credit_eval_added_after_a_run_is_archived_and_survives_a_fresh_clone(
         "out: out\nreport_dir: rep\ngrid:\n  config: [m/one.yaml]\n  seed_everything: [0, 1]\n",
     )
     assert sw.main([str(path), "--jobs", "1"], runner=FakeLightning()) == 0
-    (tmp_path / "out" / "one__seed=1" / "credit_eval.csv").write_text("method,spearman\none,0.25\n")
+    write_credit_eval(tmp_path / "out" / "one__seed=1" / "credit_eval.csv", [("one", 0.25, 0.5, 0.75)])
     assert sw.main([str(path), "--report-only"], runner=FakeLightning()) == 0
     assert (tmp_path / "rep" / "runs" / "one__seed=1" / "credit_eval.csv").is_file()
     shutil.rmtree(tmp_path / "out")  # a fresh clone

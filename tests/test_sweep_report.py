@@ -11,6 +11,8 @@ import pytest
 
 from lightning_rlvr import sweep as sw
 from lightning_rlvr import sweep_report as rep
+from lightning_rlvr.credit_eval import write_csv
+from lightning_rlvr.credit_metrics import Summary
 from lightning_rlvr.stats import min_detectable_difference
 
 # Student's t, two-sided 95% (the 0.975 quantile), from any printed t-table
@@ -216,15 +218,32 @@ def stats_time(curve, target):
     return time_to_reach(curve, target)
 
 
+def write_credit_eval(path, rows: list[tuple[str, float | None, float | None, float | None]]) -> None:
+    """credit_eval.csv as ``lightning-rlvr-credit-eval`` writes it; rows: (method, spearman, localisation,
+    sign)."""
+
+    def summary(x):
+        return Summary(x, None if x is None else x - 0.1, None if x is None else x + 0.1, 4, 4)
+
+    write_csv(
+        path,
+        [
+            {"method": m, "class": "X", "spearman": summary(sp), "localisation": summary(lo),
+             "uniform": summary(0.1), "sign": summary(sg), "tokens_per_group": 10.0, "seconds_per_group": 0.1}
+            for m, sp, lo, sg in rows
+        ],
+    )  # fmt: skip
+
+
 def test_credit_eval_columns_are_read_when_present_and_omitted_otherwise(tmp_path):
     assert rep.read_credit_eval(tmp_path, "shear") == {}
-    (tmp_path / "credit_eval.csv").write_text(
-        "method,spearman,localisation,sign_agreement,other\n"
-        "grpo,0.1,0.2,0.5,9\nshear,0.4,0.6,0.8,9\nshear,0.6,,0.9,9\n"
+    write_credit_eval(
+        tmp_path / "credit_eval.csv",
+        [("grpo", 0.1, 0.2, 0.5), ("shear", 0.4, 0.6, 0.8), ("shear", 0.6, None, 0.9)],
     )
-    got = rep.read_credit_eval(tmp_path, "shear")  # the rows of this run's method; blanks skipped
+    got = rep.read_credit_eval(tmp_path, "shear")  # the rows of this run's method; undefined skipped
     assert got == pytest.approx(
-        {"credit_eval/spearman": 0.5, "credit_eval/localisation": 0.6, "credit_eval/sign_agreement": 0.85}
+        {"credit_eval/spearman": 0.5, "credit_eval/localisation": 0.6, "credit_eval/sign": 0.85}
     )
     assert rep.read_credit_eval(tmp_path, "hsd")["credit_eval/spearman"] == pytest.approx(
         (0.1 + 0.4 + 0.6) / 3
@@ -245,7 +264,7 @@ def test_report_has_the_comparison_time_to_target_and_credit_columns(tmp_path, m
     runs = sw.expand(sweep)
     for i, run in enumerate(runs):
         fake_finished_run(sweep.out, run, rewards=[0.1, 0.2, 0.3], val=[0.25, 0.5 + 0.05 * i], test=0.1 * i)
-    (sweep.out / runs[4].run_id / "credit_eval.csv").write_text("method,spearman\nshear,0.3\n")
+    write_credit_eval(sweep.out / runs[4].run_id / "credit_eval.csv", [("shear", 0.3, 0.2, 0.6)])
     rep.write_report(sweep, runs)
     md = (tmp_path / "report" / "results.md").read_text()
     assert "## Against the baseline (method = grpo)" in md
@@ -256,6 +275,7 @@ def test_report_has_the_comparison_time_to_target_and_credit_columns(tmp_path, m
     # run i reaches 0.5 + 0.05 i at its second validation (step 2, no step times logged: 0 s)
     assert [r["time_to_target_s"] for r in rows] == ["", "0.0", "0.0", "0.0", "0.0", "0.0"]
     assert [r["credit_eval/spearman"] for r in rows] == ["", "", "", "", "0.3", ""]
+    assert [r["credit_eval/sign"] for r in rows] == ["", "", "", "", "0.6", ""]
 
 
 TUNING = """run_id,method,model.lr,seed,val/pass@1_final
