@@ -49,7 +49,7 @@ from torch import Tensor
 
 from lightning_rlvr.distributed import max_over_ranks, world_size
 from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.packing import MicroBatch, causal_lm_forward, micro_batches, place
+from lightning_rlvr.packing import MicroBatch, causal_lm_forward, micro_batches, place, shares_prompts
 from lightning_rlvr.packing import forward as packed_forward
 from lightning_rlvr.prefix_scoring import suffix_logits, supports_prefix_cache
 from lightning_rlvr.rollout import Rollout
@@ -214,12 +214,15 @@ class Scorer:
         """Log-probs, entropies and optionally hidden states of the sampled tokens (one cached pass).
 
         Padding-free (``lightning_rlvr/packing.py``): length-sorted micro-batches, each cut to
-        its own longest row; every output is 0 on completion padding.
+        its own longest row, each distinct prompt run once when prefixes may be cached (as in
+        the update); every output is 0 on completion padding.
         """
         if self._pass is not None and (self._pass.hidden is not None or not hidden):
             return self._pass
         r = self.rollout
-        batches = micro_batches(r, torch.arange(r.num_rows), self.micro_batch_size, self.micro_batch_tokens)
+        share = self._uses_prefix_cache(self.model) and shares_prompts(self.model)  # each prompt once
+        rows, sizes = torch.arange(r.num_rows), (self.micro_batch_size, self.micro_batch_tokens)
+        batches = micro_batches(r, rows, *sizes, share=share)
 
         def run():
             for mb in batches:

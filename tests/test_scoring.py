@@ -131,3 +131,27 @@ def test_entropy_counts_minus_inf_logits_as_zero_probability(masked):
     torch.testing.assert_close(got, -(p * p.log()).sum(-1))
     one_hot = torch.full((3, 5), float("-inf")).scatter(-1, torch.tensor([[0], [2], [4]]), 0.0)
     assert entropy_from_logits(one_hot).tolist() == [0.0, 0.0, 0.0]  # a certain next token: exactly 0
+
+
+def test_the_policy_pass_runs_each_shared_prompt_once_and_gives_the_per_row_answer():
+    """With a KV-cache model the policy pass shares each group's prompt (as the update does):
+    same log-probs and hidden states as one prompt per row, and fewer tokens through the model."""
+    from lightning_rlvr.models import TinyPolicy
+
+    torch.manual_seed(0)
+    model, _ = TinyPolicy(layers=1, hidden=32, heads=2, intermediate=64, max_positions=64).load()
+    prompts = [[5, 6, 7, 8]] * 3 + [[9, 10]] * 3  # two groups of G = 3, prompts of different lengths
+    completions = [[11, 12, EOS], [13, EOS], [EOS], [14, 15, 16, 17, EOS], [12, EOS], [15, 16, EOS]]
+    rollout = make_rollout(prompts, completions)
+    shared = Scorer(model, rollout, micro_batch_size=8)
+    per_row = Scorer(model, rollout, micro_batch_size=8)
+    per_row.prefix_cache = False
+    fed: list[int] = []  # token positions through the model, per call
+    count = lambda _m, _args, kw: fed.append(kw["input_ids"].numel())  # noqa: E731
+    model.register_forward_pre_hook(count, with_kwargs=True)
+    a = shared.policy(hidden=True)
+    n_shared, fed[:] = sum(fed), []
+    b = per_row.policy(hidden=True)
+    torch.testing.assert_close(a.logp, b.logp, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(a.hidden, b.hidden, rtol=1e-5, atol=1e-5)
+    assert n_shared < sum(fed)  # the prompts ran once per group, not once per row
