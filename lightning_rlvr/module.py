@@ -318,8 +318,9 @@ class RLVRModule(Evaluation, LightningModule):
         if moves or (self.loss.needs_old_logp(rollout.engine_logp) and not same_in_train_mode(self.model)):
             old_logp = scorer.policy(hidden=self.credit.uses_hidden_states).logp  # shared with the credit
         forwards = None  # the update's own forwards, run now when they can serve the credit's hidden states
-        if old_logp is None and self.credit.uses_hidden_states and self.fuse_policy_pass:
-            forwards = self.fused_policy_pass(rollout, scorer)
+        reads_pass = self.credit.uses_hidden_states or self.credit.uses_policy_pass
+        if old_logp is None and reads_pass and self.fuse_policy_pass:
+            forwards = self.fused_policy_pass(rollout, scorer, hidden=self.credit.uses_hidden_states)
         t2 = time.perf_counter()
         credit = self.credit.assign(rollout, scorer)
         # The one place credit meets the loss mask: environment tokens (and padding) get no advantage.
@@ -370,8 +371,11 @@ class RLVRModule(Evaluation, LightningModule):
         with self.model.disable_adapter():
             return self.scorer(self.model, rollout, tokenizer=None, cache_bytes=0).policy().logp
 
-    def fused_policy_pass(self, rollout: Rollout, scorer: Scorer) -> list[tuple[MicroBatch, Tensor]] | None:
-        """The update's forwards, run before the credit so their hidden states fill ``scorer``'s policy pass.
+    def fused_policy_pass(
+        self, rollout: Rollout, scorer: Scorer, hidden: bool = True
+    ) -> list[tuple[MicroBatch, Tensor]] | None:
+        """The update's forwards, run before the credit so they fill ``scorer``'s policy pass (log-probs,
+        entropies and, with ``hidden``, hidden states).
 
         With one epoch and one minibatch the only update runs at the rollout-time weights, so
         its forward computes what ``scorer.policy(hidden=True)`` would: running it first (every
@@ -385,7 +389,7 @@ class RLVRModule(Evaluation, LightningModule):
             return None
         parts = []  # (micro-batch, logits [m, T_m, V] with graph, hidden [m, T_m, H])
         for mb in self.micro_batches(rollout, torch.arange(rollout.num_rows, device=self.device)):
-            parts.append((mb, *packed_forward(self.model, rollout, mb, hidden=True)))
+            parts.append((mb, *packed_forward(self.model, rollout, mb, hidden=hidden)))
         scorer.adopt_policy_pass(parts)
         return [(mb, logits) for mb, logits, _ in parts]
 

@@ -18,6 +18,7 @@ from lightning.pytorch import Trainer, seed_everything
 from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy, packing
 from lightning_rlvr.credit import Credit
 from lightning_rlvr.credit.shear import SHEARCredit
+from lightning_rlvr.credit.top_entropy import TopEntropyCredit
 from lightning_rlvr.losses import CISPO, GSPO, PPOClip
 from lightning_rlvr.models import apply_lora
 from lightning_rlvr.objectives import loss_weights
@@ -225,12 +226,12 @@ class FixedRollout(RLVRModule):
         return super().update(rollout, credit, old_logp, ref_logp, forwards)
 
 
-def _shear_step(tmp_path, fuse: bool, dropout: float = 0.0) -> FixedRollout:
+def _shear_step(tmp_path, fuse: bool, dropout: float = 0.0, credit=None) -> FixedRollout:
     policy = TinyPolicy(**SHAPE)
     tok = policy.load()[1]
     module = FixedRollout(
         ragged_rollout(3, n=16, tokenizer=tok), task=AdditionTask(digits=1), policy=policy,
-        credit=SHEARCredit(window=3, stride=1), max_new_tokens=T_MAX, micro_batch_size=5,
+        credit=credit or SHEARCredit(window=3, stride=1), max_new_tokens=T_MAX, micro_batch_size=5,
         micro_batch_tokens=64, fuse_policy_pass=fuse, validate_at_start=False, lr=1e-2,
     )  # fmt: skip
     module.model.config.attention_dropout = dropout
@@ -242,12 +243,21 @@ def _shear_step(tmp_path, fuse: bool, dropout: float = 0.0) -> FixedRollout:
     return module
 
 
-def test_shear_from_the_updates_own_forward_equals_a_separate_policy_pass(tmp_path):
-    fused, separate = _shear_step(tmp_path, fuse=True), _shear_step(tmp_path, fuse=False)
+@pytest.mark.parametrize(
+    "make",
+    [lambda: SHEARCredit(window=3, stride=1), lambda: TopEntropyCredit(0.3)],
+    ids=["shear", "top_entropy"],
+)
+def test_credit_from_the_updates_own_forward_equals_a_separate_policy_pass(tmp_path, make):
+    """SHEAR's hidden states and top-entropy's entropies (any credit that reads the policy pass) come
+    from the update's own forwards: the same advantages and gradients as a separate pass, no extra tokens."""
+    fused = _shear_step(tmp_path, fuse=True, credit=make())
+    separate = _shear_step(tmp_path, fuse=False, credit=make())
     assert fused.fused and not separate.fused
     assert fused.extra_tokens == 0 and separate.extra_tokens > 0  # the separate pass is gone
     adv = separate.credit_out.advantages
-    assert adv.abs().max() > 0 and len(adv[adv != 0].unique()) > 2  # SHEAR weights, not plain GRPO
+    mask = separate.fixed.completion_mask.bool()  # token-level credit, not plain GRPO: a row's tokens differ
+    assert adv.abs().max() > 0 and any(len(a[m].unique()) > 1 for a, m in zip(adv, mask))
     torch.testing.assert_close(fused.credit_out.advantages, adv, rtol=1e-4, atol=1e-5)
     assert set(fused.grads) == set(separate.grads)
     for name, g in separate.grads.items():

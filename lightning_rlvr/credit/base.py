@@ -65,6 +65,9 @@ class CreditAssigner(Callback):
     """
 
     uses_hidden_states = False  # True makes the scorer's policy pass also keep last-layer hidden states
+    # True when ``assign`` reads ``Scorer.policy()`` (entropies, log-probs): with one epoch and one minibatch
+    # the update's own forwards then serve it (``RLVRModule.fused_policy_pass``), not an extra pass
+    uses_policy_pass = False
 
     def __init__(self, scale_by_std: bool = True) -> None:
         self.scale_by_std = scale_by_std

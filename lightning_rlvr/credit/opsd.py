@@ -125,6 +125,8 @@ class OPSDCredit(CreditAssigner):
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages for the PG term.
     """
 
+    uses_policy_pass = True  # the student side
+
     def __init__(
         self,
         teacher_template: str = DEFAULT_ANSWER_TEMPLATE,

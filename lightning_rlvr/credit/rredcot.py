@@ -210,6 +210,8 @@ class RREDCoTCredit(CreditAssigner):
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
     """
 
+    uses_policy_pass = True  # boundary entropies
+
     def __init__(
         self,
         num_segments: int = 4,

@@ -40,6 +40,8 @@ class TopEntropyCredit(CreditAssigner):
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
     """
 
+    uses_policy_pass = True  # rollout-time entropies
+
     def __init__(self, top_quantile: float = 0.2, scale_by_std: bool = True) -> None:
         super().__init__(scale_by_std=scale_by_std)
         if not 0.0 < top_quantile <= 1.0:
