@@ -21,12 +21,12 @@ between updates of one rollout (ppo_epochs > 1 or minibatches > 1), or the loss
 asks (TIS compares them with the engine's) and the model has dropout. Otherwise
 the weights at the only update are the rollout's, so the update's own detached
 log-probs are the rollout-time ones: the importance ratio is 1 and TIS reads them.
-A credit method that reads hidden states (SHEAR) would then pay for a whole
-pass of its own; instead the update's forward runs before the credit
+A credit method that reads the policy pass (SHEAR's hidden states, RREDCoT's
+entropies) would then pay for a whole pass of its own; instead the update's forward runs before the credit
 (``fused_policy_pass``) and its detached outputs fill the scorer's pass.
 Every pass over the rollout (scoring, reference, update) is padding-free:
 length-sorted micro-batches, each cut to its longest row (``packing.py``); the
-update's forwards also run each group's shared prompt once (``share_prompts``).
+update's and the scorer's passes run each group's shared prompt once (``share_prompts``).
 Validation and test (pass@k, and maj@k for tasks with a final answer, on
 held-out prompts under a forked RNG so evaluation never shifts training) live
 in ``evaluation.py``.
@@ -103,13 +103,14 @@ class RLVRModule(Evaluation, LightningModule):
         micro_batch_tokens: padded tokens per forward pass in scoring and update: rows are sorted
             by length and each micro-batch cut to its longest row (``lightning_rlvr/packing.py``);
             None = rows only.
-        share_prompts: in the update's forwards, run each prompt once per micro-batch and its
-            completions after copies of its KV cache, instead of once per row (the G rows of a group
-            share it); same logits and gradients up to float rounding. Applies with a KV-cache model
-            on one rank without gradient checkpointing, else the per-row path runs
-            (``lightning_rlvr/packing.py``).
-        fuse_policy_pass: let a credit method that reads hidden states take them from the
-            update's own forward when nothing else needs a separate pass (see ``training_step``).
+        share_prompts: in the update's and the scorer's policy passes, run each prompt once per
+            micro-batch and its completions after copies of its KV cache, instead of once per row
+            (the G rows of a group share it); same logits and gradients up to float rounding.
+            Applies with a KV-cache model on one rank without gradient checkpointing, else the
+            per-row path runs (``lightning_rlvr/packing.py``).
+        fuse_policy_pass: let a credit method that reads the policy pass (hidden states, entropies,
+            log-probs) take it from the update's own forward when nothing else needs a separate
+            pass (see ``training_step``).
         eval_samples: completions per prompt in validation and test (pass@k up to this k; maj@k at it).
         eval_seed: seed of evaluation sampling (the training RNG is left untouched).
         validate_at_start: log ``val/pass@1`` at step 0 of a fresh fit (the baseline RL starts from).
@@ -317,7 +318,7 @@ class RLVRModule(Evaluation, LightningModule):
         moves = self.ppo_epochs > 1 or self.minibatches > 1  # the policy changes between updates
         if moves or (self.loss.needs_old_logp(rollout.engine_logp) and not same_in_train_mode(self.model)):
             old_logp = scorer.policy(hidden=self.credit.uses_hidden_states).logp  # shared with the credit
-        forwards = None  # the update's own forwards, run now when they can serve the credit's hidden states
+        forwards = None  # the update's own forwards, run now when they can serve the credit's policy pass
         reads_pass = self.credit.uses_hidden_states or self.credit.uses_policy_pass
         if old_logp is None and reads_pass and self.fuse_policy_pass:
             forwards = self.fused_policy_pass(rollout, scorer, hidden=self.credit.uses_hidden_states)
@@ -357,6 +358,7 @@ class RLVRModule(Evaluation, LightningModule):
         """A ``Scorer`` of ``rollout`` under ``model`` with this module's micro-batching."""
         kwargs.setdefault("tokenizer", self.tokenizer)
         sizes = {"micro_batch_size": self.micro_batch_size, "micro_batch_tokens": self.micro_batch_tokens}
+        sizes["share_prompts"] = self.share_prompts  # the update's and the scorer's passes: one switch
         return Scorer(model, rollout, **sizes, **kwargs)
 
     def micro_batches(self, rollout: Rollout, rows: Tensor) -> list[MicroBatch]:

@@ -179,6 +179,8 @@ class Scorer:
             ``compare`` when they fit in this many bytes, else recomputed per micro-batch.
         sampler: samples and verifies continuations of completion prefixes (for
             ``continue_and_verify``); None when the caller offers no sampling.
+        share_prompts: the policy pass runs each distinct prompt once per micro-batch when the model
+            keeps a KV cache (``packing.shares_prompts``); the module passes its own switch.
     """
 
     def __init__(
@@ -190,8 +192,10 @@ class Scorer:
         cache_bytes: int = 2**28,
         sampler: ContinuationSampler | None = None,
         micro_batch_tokens: int | None = None,
+        share_prompts: bool = True,
     ) -> None:
         self.model = model
+        self.share_prompts = share_prompts
         self.rollout = rollout
         self.tokenizer = tokenizer
         self.micro_batch_size = micro_batch_size
@@ -220,7 +224,7 @@ class Scorer:
         if self._pass is not None and (self._pass.hidden is not None or not hidden):
             return self._pass
         r = self.rollout
-        share = self._uses_prefix_cache(self.model) and shares_prompts(self.model)  # each prompt once
+        share = self._uses_prefix_cache(self.model) and shares_prompts(self.model, self.share_prompts)
         rows, sizes = torch.arange(r.num_rows), (self.micro_batch_size, self.micro_batch_tokens)
         batches = micro_batches(r, rows, *sizes, share=share)
 

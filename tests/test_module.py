@@ -146,3 +146,9 @@ def test_the_net_advantage_says_which_way_the_update_pushes(credit, sign, tmp_pa
         assert size > 0.1 and abs(net) <= 1e-5 * size
     else:
         assert size > 0 and net < -0.1 * size  # the failed rollouts' push dominates
+
+
+def test_one_switch_turns_prompt_sharing_off_in_the_update_and_the_scorer():
+    module = tiny_module(task=AdditionTask(digits=1), share_prompts=False)
+    assert module.scorer(module.model, None).share_prompts is False
+    assert tiny_module(task=AdditionTask(digits=1)).scorer(None, None).share_prompts is True

@@ -155,3 +155,7 @@ def test_the_policy_pass_runs_each_shared_prompt_once_and_gives_the_per_row_answ
     torch.testing.assert_close(a.logp, b.logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(a.hidden, b.hidden, rtol=1e-5, atol=1e-5)
     assert n_shared < sum(fed)  # the prompts ran once per group, not once per row
+    n_per_row, fed[:] = sum(fed), []
+    switched_off = Scorer(model, rollout, micro_batch_size=8, share_prompts=False)  # the module's switch
+    torch.testing.assert_close(switched_off.policy().logp, b.logp, rtol=1e-5, atol=1e-5)
+    assert sum(fed) == n_per_row
