@@ -127,17 +127,18 @@ def suffix_logits(model, prefixes: list[Tensor], items: list[Item], pad_id: int)
     _, cache = run_prefixes(model, ids, mask)
     tokens = int(mask.sum())
 
-    # the distinct suffixes, each behind its prefix's last kept token, right-padded
-    n = len(distinct)
+    # the distinct suffixes, each behind its prefix's last kept token, right-padded (no per-item ops)
     owner = torch.tensor([slot[p] for p, _, _ in distinct], device=device)  # [n]
     keep = torch.tensor([k for _, k, _ in distinct], device=device)  # [n]
     lengths = torch.tensor([len(prefixes[p]) for p, _, _ in distinct], device=device)  # [n]
-    S = max(len(s) for _, _, s in distinct)
-    sfx = torch.full((n, S + 1), pad_id, dtype=torch.long, device=device)
-    sfx_mask = torch.zeros((n, S + 1), dtype=torch.long, device=device)
-    for j, (p, k, s) in enumerate(distinct):
-        sfx[j, 0], sfx[j, 1 : len(s) + 1] = prefixes[p][k - 1], s
-        sfx_mask[j, : len(s) + 1] = 1
+    s_len = torch.tensor([len(s) for _, _, s in distinct], device=device)  # [n]
+    body = torch.nn.utils.rnn.pad_sequence(
+        [s for _, _, s in distinct], batch_first=True, padding_value=pad_id
+    )
+    refed = ids[owner, Lp - lengths + keep - 1]  # [n] the prefix's last kept token, re-fed
+    sfx = torch.cat([refed[:, None], body.to(device=device, dtype=torch.long)], dim=1)  # [n, S + 1]
+    S = sfx.shape[1] - 1
+    sfx_mask = (torch.arange(S + 1, device=device)[None] <= s_len[:, None]).long()  # [n, S + 1]
     col = torch.arange(Lp, device=device)[None]  # prefix token t of item j sits at column Lp - len_j + t
     start = (Lp - lengths)[:, None]
     head = (col >= start) & (col < start + keep[:, None] - 1)  # [n, Lp] the kept prefix, last token re-fed

@@ -339,8 +339,9 @@ class Scorer:
         return world_size() == 1 and supports_prefix_cache(model)
 
     def _fast_student(self) -> bool:
-        """Whether ``compare`` scores the student itself, only the rows it needs (no policy pass yet)."""
-        return self._student_logp is None and self._pass is None and self._uses_prefix_cache(self.model)
+        """Whether ``compare`` scores the student itself, only the rows it needs, prompts shared: when the
+        full distributions are not cached (no policy pass yet, or too large for ``cache_bytes``)."""
+        return self._student_logp is None and self._uses_prefix_cache(self.model)
 
     def _student_prefix(self, rows: Tensor, ends: Tensor) -> Tensor:
         """Student log-probs [m, E, V] of completion tokens t < ends[j] of ``rows[j]`` (E = max end).
@@ -378,13 +379,19 @@ class Scorer:
         ):
             return self.sequence_logprobs([torch.cat([prefixes[p][:k], s]) for p, k, s in items], n_targets)
         results: list[Tensor] = []
+        pad = self.rollout.pad_id
         for chunk in torch.arange(len(items)).split(self.micro_batch_size):
             part = [items[i] for i in chunk.tolist()]
-            logits, tokens = suffix_logits(self.model, prefixes, part, self.rollout.pad_id)  # [m, S, V]
+            logits, tokens = suffix_logits(self.model, prefixes, part, pad)  # [m, S, V]
             self.forward_tokens += tokens
+            # every item's suffix log-probs at once, then each item's last n_targets of them
+            suffixes = torch.nn.utils.rnn.pad_sequence(
+                [s for _, _, s in part], batch_first=True, padding_value=pad
+            )
+            logp = token_logprobs(logits[:, : suffixes.shape[1]], suffixes.to(logits.device))  # [m, S]
             for j, (_, _, s) in enumerate(part):
                 n = n_targets[int(chunk[j])]
-                results.append(token_logprobs(logits[j, len(s) - n : len(s)], s[len(s) - n :]))
+                results.append(logp[j, len(s) - n : len(s)])
         return results
 
     # ------------------------------------------------------------------ other contexts

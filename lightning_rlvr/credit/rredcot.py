@@ -292,20 +292,21 @@ class RREDCoTCredit(CreditAssigner):
         # row's chain [prompt; completion] cut after b completion tokens, then cue + answer
         chains, items, n_targets, owners = [], [], [], []
         starts = [[0, *torch.nonzero(bounds[i]).flatten().tolist()] for i in range(N)]
+        queries = {g: torch.cat([cue, answers[g]]) for g in set(group)}  # cue + answer, once per problem
         for i in torch.nonzero(active).flatten().tolist():
-            prompt, comp, ans = rollout.prompt_tokens(i), rollout.completion_ids[i], answers[group[i]]
+            prompt, comp, g = rollout.prompt_tokens(i), rollout.completion_ids[i], group[i]
             ends = starts[i] if self.last_value_is_reward else [*starts[i], int(content[i])]
             chains.append(torch.cat([prompt, comp[: max(ends)]]))
             for b in ends:
-                items.append((len(chains) - 1, len(prompt) + b, torch.cat([cue, ans])))
-                n_targets.append(len(ans))
+                items.append((len(chains) - 1, len(prompt) + b, queries[g]))
+                n_targets.append(len(answers[g]))
                 owners.append(i)
         values = torch.zeros(N, Kmax + 1, device=device)  # [N, Kmax + 1]
         model_last = torch.zeros(N, device=device)  # [N]
         if items:
             # batched, no grad; each chain runs once for all its cuts where the model allows
             logps = scorer.continuation_logprobs(chains, items, n_targets)
-            v = torch.stack([lp.float().sum() for lp in logps]).exp().to(device)  # [n_queries]
+            v = torch.nn.utils.rnn.pad_sequence(logps).float().sum(0).exp().to(device)  # [n_queries]
             pos = 0
             for i in sorted(set(owners)):
                 K = int(n_seg[i])

@@ -217,6 +217,11 @@ class SelfConditionedCredit(CreditAssigner):
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
     """
 
+    # The student side of every view is the policy on the rollout's own prompt: with one epoch and one
+    # minibatch the update's own forwards give it (``RLVRModule.fused_policy_pass``), so ``compare``
+    # reads the cached distributions instead of running the student again.
+    uses_policy_pass = True
+
     def __init__(self, seed: int = 0, scale_by_std: bool = True) -> None:
         super().__init__(scale_by_std=scale_by_std)
         self.seed = seed
