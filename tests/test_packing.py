@@ -17,6 +17,7 @@ from lightning.pytorch import Trainer, seed_everything
 
 from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy, packing
 from lightning_rlvr.credit import Credit
+from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.hsd import HSDCredit
 from lightning_rlvr.credit.sc_grpo import SCGRPOCredit
 from lightning_rlvr.credit.shear import SHEARCredit
@@ -252,8 +253,9 @@ def _shear_step(tmp_path, fuse: bool, dropout: float = 0.0, credit=None) -> Fixe
         (lambda: TopEntropyCredit(0.3), False),
         (lambda: SCGRPOCredit(template="{reference};{prompt}"), True),
         (lambda: HSDCredit(peer_template="{reference};{prompt}", apply_to="all"), True),  # a token loss
+        (lambda: HPRLVRCredit(step_delimiter="1", separator=";"), True),  # a view per step
     ],
-    ids=["shear", "top_entropy", "sc_grpo", "hsd"],
+    ids=["shear", "top_entropy", "sc_grpo", "hsd", "hp_rlvr"],
 )
 def test_credit_from_the_updates_own_forward_equals_a_separate_policy_pass(tmp_path, make, teacher):
     """SHEAR's hidden states, top-entropy's entropies and the self-conditioned teachers' student side

@@ -127,6 +127,11 @@ class HPRLVRCredit(CreditAssigner):
         max_prompts: LRU bound of the baseline table (entries; ~170 B each) [proposed: 100_000].
     """
 
+    # The causal view of every step is the policy on the rollout's own prompt: the update's own forwards
+    # give it (``RLVRModule.fused_policy_pass``), so ``compare`` runs only the hindsight views. Without
+    # it each step's view would run its causal prefix again (K views of one row: K student passes).
+    uses_policy_pass = True
+
     def __init__(
         self,
         step_delimiter: str = "\n",
