@@ -44,10 +44,10 @@ import math
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit, TokenLoss
+from lightning_rlvr.credit.base import Credit
+from lightning_rlvr.credit.distill import teacher_token_loss
 from lightning_rlvr.credit.self_conditioned import (
     ContextTemplate,
     SelfConditionedCredit,
@@ -57,14 +57,13 @@ from lightning_rlvr.credit.self_conditioned import (
 )
 from lightning_rlvr.objectives import AGGREGATIONS
 from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer, TopK, bucket_logprobs
+from lightning_rlvr.scoring import Scorer, TopK
 
 DEFAULT_PEER_TEMPLATE = (
     "{prompt}\nA successful solution to this problem follows; use it as a reference.\n"
     "<reference>\n{reference}\n</reference>\nThe correct final answer is {answer}."
 )
 DEFAULT_ANSWER_TEMPLATE = "{prompt}\nThe correct final answer is {answer}."
-LOG_ZERO = -1.0e4  # stands for log 0 in bucket log-probs: exp() is exactly 0, and no inf - inf
 
 
 class HSDCredit(SelfConditionedCredit):
@@ -159,7 +158,13 @@ class HSDCredit(SelfConditionedCredit):
                 scorer, rollout, rows, templates, refs,
                 lambda t, s: generalized_jsd(t, s, self.beta), teacher_top_k=self.teacher_top_k,
             )  # fmt: skip
-        token_loss = self._token_loss(rollout, rows, teacher, lengths) if rows else None
+        coef, beta, clip = (
+            self.distill_coef,
+            self.beta,
+            self.clip,
+        )  # lambda * min(JSD(teacher, student), clip)
+        per_token = lambda student, target: coef * generalized_jsd(target, student, beta).clamp(max=clip)  # noqa: E731
+        token_loss = teacher_token_loss(rollout, rows, teacher, per_token) if rows else None
         active = span_mask(rollout, rows, [(0, lengths[i]) for i in rows])  # [N, T] distilled tokens
 
         # ---- metrics
@@ -177,54 +182,6 @@ class HSDCredit(SelfConditionedCredit):
             token_loss=token_loss,
             token_loss_agg=self.distill_agg,
         )
-
-    def _token_loss(
-        self, rollout: Rollout, rows: list[int], teacher: Tensor | TopK, lengths: list[int]
-    ) -> TokenLoss:
-        """The distillation term against the teacher of the distilled ``rows`` (dense [N, T, V] or top-k).
-
-        Keeps only the distilled rows' distributions in the closure; positions beyond a row's
-        completion get a placeholder distribution (uniform when dense, all mass in the tail
-        when sparse) so the divergence stays finite where the mask zeroes it.
-        """
-        sparse = isinstance(teacher, TopK)
-        device = teacher.logp.device if sparse else teacher.device
-        N, T = rollout.completion_ids.shape
-        index = torch.as_tensor(rows, device=device)
-        beyond = (
-            torch.arange(T, device=device)[None]
-            >= torch.as_tensor([lengths[i] for i in rows], device=device)[:, None]
-        )  # [n, T]
-        if sparse:  # [n, T, k + 1] bucket log-probs and [n, T, k] their token ids
-            store = teacher.buckets()[index].clamp(min=LOG_ZERO)
-            ids = teacher.ids[index]
-            store[beyond] = torch.cat([torch.full_like(store[0, 0, :-1], LOG_ZERO), store.new_zeros(1)])
-        else:
-            store = teacher[index].clone()  # [n, T, V]
-            store[beyond] = -math.log(store.shape[-1])
-        slot = torch.full((N,), -1, dtype=torch.long, device=device)
-        slot[index] = torch.arange(len(rows), device=device)
-        completion_mask = rollout.completion_mask
-        coef, beta, clip = self.distill_coef, self.beta, self.clip
-
-        def token_loss(logits: Tensor, batch: Tensor) -> Tensor:
-            """lambda * min(JSD(teacher, student), clip) per token [m, T]; 0 for rows without the term."""
-            out = torch.zeros(logits.shape[:2], device=logits.device)  # [m, T]
-            where = slot[batch.to(slot.device)].to(logits.device)  # [m]
-            has = where >= 0
-            if not bool(has.any()):
-                return out
-            k = where[has].to(device)
-            if sparse:
-                student = bucket_logprobs(logits[has], ids[k].to(logits.device)).clamp(min=LOG_ZERO)
-            else:
-                student = F.log_softmax(logits[has].float(), dim=-1)  # [h, T, V] with grad
-            d = generalized_jsd(store[k].to(student.device), student, beta).clamp(max=clip)  # [h, T]
-            m = completion_mask[batch[has].to(completion_mask.device)].to(d.device).float()
-            out[has] = coef * d * m
-            return out
-
-        return token_loss
 
     @staticmethod
     def _divergence_metrics(rollout: Rollout, rows: list[int], refs: list, jsd: Tensor) -> dict:

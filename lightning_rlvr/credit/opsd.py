@@ -31,14 +31,13 @@ is the same loss with a separate frozen teacher model.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit, CreditAssigner, TokenLoss
+from lightning_rlvr.credit.base import Credit, CreditAssigner
+from lightning_rlvr.credit.distill import teacher_token_loss
 from lightning_rlvr.credit.hsd import DEFAULT_ANSWER_TEMPLATE
 from lightning_rlvr.credit.self_conditioned import (
     ContextTemplate,
@@ -72,41 +71,6 @@ def distill_divergence(
     if kind == "reverse_kl":
         return reverse_kl(student_logp, teacher_logp, floor)
     return generalized_jsd(teacher_logp.clamp(min=floor), student_logp.clamp(min=floor), beta)
-
-
-def teacher_token_loss(
-    rollout: Rollout, rows: list[int], teacher: Tensor, per_token: Callable[[Tensor, Tensor], Tensor]
-) -> TokenLoss:
-    """A ``Credit.token_loss`` distilling rows ``rows`` towards fixed teacher log-probs [N, T, V].
-
-    ``per_token(student_logp, teacher_logp)`` ([k, T, V] x2 -> [k, T]) is the weighted divergence;
-    the closure keeps only the distilled rows' teacher distributions (uniform beyond each
-    completion, where the completion mask zeroes the term anyway) and returns it masked, [m, T],
-    with 0 for rows without the term.
-    """
-    N, T, V = teacher.shape
-    lengths = rollout.lengths.to(teacher.device)
-    index = torch.as_tensor(rows, device=teacher.device)
-    store = teacher[index].clone()  # [n, T, V]
-    beyond = torch.arange(T, device=teacher.device)[None] >= lengths[index][:, None]  # [n, T]
-    store[beyond] = -math.log(V)
-    slot = torch.full((N,), -1, dtype=torch.long, device=store.device)
-    slot[index] = torch.arange(len(rows), device=store.device)
-    completion_mask = rollout.completion_mask
-
-    def token_loss(logits: Tensor, batch: Tensor) -> Tensor:
-        out = torch.zeros(logits.shape[:2], device=logits.device)  # [m, T]
-        where = slot[batch.to(slot.device)].to(logits.device)  # [m]
-        has = where >= 0
-        if not bool(has.any()):
-            return out
-        student = F.log_softmax(logits[has].float(), dim=-1)  # [k, T, V] with grad
-        target = store[where[has].to(store.device)].to(student.device)  # [k, T, V] constant
-        m = completion_mask[batch[has].to(completion_mask.device)].to(student.device).float()
-        out[has] = per_token(student, target) * m
-        return out
-
-    return token_loss
 
 
 class OPSDCredit(CreditAssigner):
