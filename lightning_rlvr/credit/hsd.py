@@ -158,13 +158,7 @@ class HSDCredit(SelfConditionedCredit):
                 scorer, rollout, rows, templates, refs,
                 lambda t, s: generalized_jsd(t, s, self.beta), teacher_top_k=self.teacher_top_k,
             )  # fmt: skip
-        coef, beta, clip = (
-            self.distill_coef,
-            self.beta,
-            self.clip,
-        )  # lambda * min(JSD(teacher, student), clip)
-        per_token = lambda student, target: coef * generalized_jsd(target, student, beta).clamp(max=clip)  # noqa: E731
-        token_loss = teacher_token_loss(rollout, rows, teacher, per_token) if rows else None
+        token_loss = teacher_token_loss(rollout, rows, teacher, self._distill_term) if rows else None
         active = span_mask(rollout, rows, [(0, lengths[i]) for i in rows])  # [N, T] distilled tokens
 
         # ---- metrics
@@ -182,6 +176,10 @@ class HSDCredit(SelfConditionedCredit):
             token_loss=token_loss,
             token_loss_agg=self.distill_agg,
         )
+
+    def _distill_term(self, student: Tensor, teacher: Tensor) -> Tensor:
+        """lambda * min(JSD_beta(teacher, student), clip) per token: [h, T, V] x2 -> [h, T]."""
+        return self.distill_coef * generalized_jsd(teacher, student, self.beta).clamp(max=self.clip)
 
     @staticmethod
     def _divergence_metrics(rollout: Rollout, rows: list[int], refs: list, jsd: Tensor) -> dict:
