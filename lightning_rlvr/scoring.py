@@ -432,15 +432,20 @@ class Scorer:
             first = {k: v for v, k in reversed(list(enumerate(ctx_of)))}  # context -> its first view
             distinct_ctx = [contexts[first[k]] for k in range(len(ctx_index))]
             chunks = list(torch.arange(len(rows)).split(self.micro_batch_size))
+            # views sharing a context stay together (it runs once per micro-batch); contexts and ends
+            # of similar length share micro-batches, so little of each is padding
+            order = sorted(range(len(rows)), key=lambda v: (len(contexts[v]), ctx_of[v], spans[v][1]))
         else:
             self._prepare_student(bool(rows))
             chunks = self._chunks(len(rows))
+            order = sorted(range(len(rows)), key=lambda v: len(contexts[v]) + spans[v][1])  # [ctx; o_<end]
+        writes: list[tuple[int, Tensor, TopK | None]] = []  # (view, values [S_v, ...], top-k), any order
         for chunk in chunks:
             if not len(chunk):
                 self._idle_forward()  # the teacher's forward ...
                 self._idle_student()  # ... and the student's, as ranks with views run them
                 continue
-            views = chunk.tolist()
+            views = [order[c] for c in chunk.tolist()]
             device = r.completion_ids.device
             S = max(spans[v][1] - spans[v][0] for v in views)
             t_idx = torch.zeros(len(views), S, dtype=torch.long, device=device)  # [m, S] completion positions
@@ -486,12 +491,15 @@ class Scorer:
                     tail=torch.zeros(r.num_rows, T, device=dev),
                 )
             for j, v in enumerate(views):
-                start, end = spans[v]
-                out[rows[v], start:end] = values[j, : end - start]
-                if sparse is not None:
-                    top.ids[rows[v], start:end] = sparse.ids[j, : end - start]
-                    top.logp[rows[v], start:end] = sparse.logp[j, : end - start]
-                    top.tail[rows[v], start:end] = sparse.tail[j, : end - start]
+                n = spans[v][1] - spans[v][0]
+                part = None if sparse is None else TopK(sparse.ids[j, :n], sparse.logp[j, :n], sparse.tail[j, :n])
+                writes.append((v, values[j, :n], part))
+        for v, vals, part in sorted(writes, key=lambda w: w[0]):  # in view order: the last view wins
+            start, end = spans[v]
+            out[rows[v], start:end] = vals
+            if part is not None:
+                top.ids[rows[v], start:end], top.logp[rows[v], start:end] = part.ids, part.logp
+                top.tail[rows[v], start:end] = part.tail
         if out is None:
             out = torch.zeros((r.num_rows, T), device=r.completion_ids.device)
         if teacher_top_k is None:

@@ -101,6 +101,33 @@ def test_compare_with_shared_contexts_matches_whole_sequences(model_and_vocab, s
         assert fast.forward_tokens < slow.forward_tokens
 
 
+@pytest.mark.parametrize("prefix_cache", [True, False])
+@pytest.mark.parametrize("micro_batch_size", [1, 64])
+def test_compare_orders_micro_batches_by_length_but_the_last_view_still_wins(
+    model_and_vocab, prefix_cache, micro_batch_size
+):
+    """Views run in length order (less padding); overlapping views still resolve in the caller's order."""
+    model, V, pad, eos = model_and_vocab
+    rollout = random_rollout(V, pad, eos, seed=4)
+    g = torch.Generator().manual_seed(7)
+    long_ctx, short_ctx = torch.randint(3, V, (9,), generator=g), torch.randint(3, V, (2,), generator=g)
+    end = int(rollout.lengths[2])
+    other = torch.randint(3, V, (5,), generator=g)
+    # row 2 is viewed twice over the same span: the short context comes last, yet runs first
+    contexts, rows, spans = [long_ctx, other, short_ctx], [2, 0, 2], [(0, end), (0, 1), (0, end)]
+
+    def scorer():
+        s = Scorer(model, rollout, micro_batch_size=micro_batch_size)
+        s.prefix_cache = prefix_cache
+        return s
+
+    both = scorer().compare(contexts, rows, kl_divergence, spans)
+    last_only = scorer().compare([short_ctx, other], [2, 0], kl_divergence, spans[1:][::-1])
+    first_only = scorer().compare([long_ctx], [2], kl_divergence, spans[:1])
+    torch.testing.assert_close(both, last_only, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(both[2, :end], first_only[2, :end])  # the two views really differ
+
+
 def test_compare_reuses_an_existing_policy_pass_and_teacher_scorer_matches(model_and_vocab):
     model, V, pad, eos = model_and_vocab
     rollout = random_rollout(V, pad, eos, seed=2)
