@@ -492,7 +492,9 @@ class Scorer:
                 )
             for j, v in enumerate(views):
                 n = spans[v][1] - spans[v][0]
-                part = None if sparse is None else TopK(sparse.ids[j, :n], sparse.logp[j, :n], sparse.tail[j, :n])
+                part = None
+                if sparse is not None:
+                    part = TopK(sparse.ids[j, :n], sparse.logp[j, :n], sparse.tail[j, :n])
                 writes.append((v, values[j, :n], part))
         for v, vals, part in sorted(writes, key=lambda w: w[0]):  # in view order: the last view wins
             start, end = spans[v]
