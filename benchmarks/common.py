@@ -208,6 +208,7 @@ class StepRecorder(Callback):
         "time/credit_s",
         "time/update_s",
         "perf/tokens_per_s",
+        "perf/fused_policy_pass",
         "train/completion_len",
     )
 

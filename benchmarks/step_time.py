@@ -79,8 +79,13 @@ def main() -> None:
     peak_upd, shape_upd = flops.matmul_peak(shapes, min(grpo.micro_batch_size, rows_gen) * width)
 
     def gflops(steps: list[dict], work: str, secs: str, peak: float) -> str:
-        rate = common.median([s[work] / s[secs] for s in steps if s.get(secs, 0) > 0])
+        rate = common.median([s[work] / seconds(s, secs) for s in steps if seconds(s, secs) > 0])
         return f"{rate / 1e9:.2f} ({rate / peak:.2f})"
+
+    def seconds(step: dict, secs: str) -> float:
+        """The phase's seconds; a fused update's forwards ran before the credit, inside ``score s``."""
+        fused = secs == "time/update_s" and step.get("perf/fused_policy_pass", 0.0) > 0
+        return step.get(secs, 0.0) + (step.get("time/score_s", 0.0) if fused else 0.0)
 
     rows, base = [], None
     for m in methods:
@@ -133,8 +138,10 @@ def main() -> None:
             "Model GFLOP/s (in brackets: share of the matmul peak): generation counts 2 W + 4 L A c per "
             "generated token that sees c keys, over `rollout s` (every rollout of the step, DAPO's extra "
             "rounds included); update counts 6 W + 12 L A i per trained token at causal position i (real "
-            "prompt + completion tokens, x `ppo_epochs`), over `update s`; W = weights of every Linear (LM "
-            "head included), L layers, A = heads x head dim (`benchmarks/flops.py`). Credit and scoring "
+            "prompt + completion tokens, x `ppo_epochs`), over `update s` (plus `score s` when the "
+            "update's forwards ran before the credit to serve its policy pass, `perf/fused_policy_pass`); "
+            "W = weights of every Linear (LM head included), L layers, A = heads x head dim "
+            "(`benchmarks/flops.py`). Credit and scoring "
             f"passes are not counted. Matmul peak, {torch.get_num_threads()} thread(s), best `torch.matmul` "
             f"over the model's Linear shapes: {peak_gen / 1e9:.1f} GFLOP/s with the decode batch's rows "
             f"(at {shape_gen}), {peak_upd / 1e9:.1f} GFLOP/s with the update's token rows (at {shape_upd}).",

@@ -345,6 +345,7 @@ class RLVRModule(Evaluation, LightningModule):
             "time/update_s": t4 - t3,
             "perf/tokens_per_s": float(lengths.sum()) / max(t1 - t0, 1e-9),
             "perf/extra_forward_tokens": float(scorer.forward_tokens),
+            "perf/fused_policy_pass": float(forwards is not None),  # the update's forwards ran in score_s
             **{f"train/{k}": v for k, v in {**sampling, **stats}.items()},
             **{f"train/{k}": v for k, v in self.task.rollout_metrics(rollout).items()},
             **{f"credit/{k}": v for k, v in credit.metrics.items()},

@@ -243,6 +243,7 @@ def _shear_step(tmp_path, fuse: bool, dropout: float = 0.0, credit=None) -> Fixe
         enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path,
     ).fit(module, RLVRDataModule(batch_size=2, val_size=2))  # fmt: skip
     module.extra_tokens = float(module.trainer.callback_metrics["perf/extra_forward_tokens"])
+    assert float(module.trainer.callback_metrics["perf/fused_policy_pass"]) == float(module.fused)  # logged
     return module
 
 
