@@ -157,6 +157,109 @@ def test_fast_engine_continues_arbitrary_token_contexts(n):
     assert torch.equal(got.completion_ids, want.completion_ids)
 
 
+def _left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(map(len, seqs))
+    ids, mask = torch.full((len(seqs), width), pad), torch.zeros(len(seqs), width, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s) :], mask[i, width - len(s) :] = torch.tensor(s), 1
+    return ids, mask
+
+
+def _next_turn(contexts, generation, eos, reply):
+    """Each context + its action (cut after its first EOS, as an episode keeps it) + an observation."""
+    out = []
+    for context, row in zip(contexts, generation.completion_ids.tolist()):
+        action = row[: row.index(eos) + 1] if eos in row else row
+        out.append(context + action + reply)
+    return out
+
+
+class PrefillWidth:
+    """Records how many columns each ``generate`` call's prefill computes (its first ``_layers`` call)."""
+
+    def __init__(self, monkeypatch):
+        self.widths, self._first = [], True
+        original = FastEngine._layers
+
+        def spy(w, x, *args):
+            if self._first:
+                self.widths.append(x.shape[1])
+                self._first = False
+            return original(w, x, *args)
+
+        monkeypatch.setattr(FastEngine, "_layers", staticmethod(spy))
+
+    def call(self, engine, model, seqs, tok, sampling, n=1):
+        self._first = True
+        ids, mask = _left_pad(seqs, tok.pad_token_id)
+        return engine.generate(model, ids, mask, n, sampling, tok.pad_token_id, tok.eos_token_id), ids.shape[
+            1
+        ]
+
+
+@pytest.mark.parametrize(
+    "max_new", [1, 3, 12]
+)  # 1: the last token is the only one fed; 3: rows cut at the budget
+def test_fast_engine_runs_only_the_new_tokens_of_contexts_that_extend_the_last_call(monkeypatch, max_new):
+    """A multi-turn call after a call whose rows it extends: the same samples as a full prefill (and as
+    generate), with only each context's new tokens computed; fresh or diverging contexts still run whole."""
+    model, tok = POLICY.load()
+    eos, reply = tok.eos_token_id, [13, 14, 15]
+    first = [[5, 9, 12, 22, 7], [3], [16, 17, 18, 19, 20, 21, 22, 23, 6, 6, 6], [10, 11]]
+    sampling = Sampling(max_new_tokens=max_new, temperature=1.2)
+    width = PrefillWidth(monkeypatch)
+    reuse, full = FastEngine(), FastEngine(reuse_prefix=False)
+    torch.manual_seed(3)
+    turn1, _ = width.call(reuse, model, first, tok, sampling)
+    torch.manual_seed(3)
+    assert torch.equal(width.call(full, model, first, tok, sampling)[0].completion_ids, turn1.completion_ids)
+    second = _next_turn(first, turn1, eos, reply)
+    torch.manual_seed(4)
+    turn2, P = width.call(reuse, model, second, tok, sampling)
+    # every action ends in a token that was sampled last or is EOS: never fed back, so 1 + |reply| new tokens
+    assert width.widths[-1] == 1 + len(reply) < P
+    torch.manual_seed(4)
+    want, _ = width.call(full, model, second, tok, sampling)
+    assert width.widths[-1] == P  # without reuse the whole context runs
+    assert torch.equal(turn2.completion_ids, want.completion_ids)
+    torch.testing.assert_close(turn2.logp, want.logp, atol=1e-5, rtol=1e-5)
+    torch.manual_seed(4)
+    assert torch.equal(
+        width.call(HFGenerateEngine(), model, second, tok, sampling)[0].completion_ids, turn2.completion_ids
+    )
+    # a third turn mixing extending contexts, a fresh one and one that leaves its action at its first token
+    third = _next_turn(second, turn2, eos, reply)
+    third[1] = [4, 4]  # fresh: runs whole (shorter than the others' new tokens)
+    third[2] = second[2] + [8] + reply  # reuses its context (and the action's first token if it is 8)
+    torch.manual_seed(5)
+    turn3, _ = width.call(reuse, model, third, tok, sampling)
+    torch.manual_seed(5)
+    want3, _ = width.call(full, model, third, tok, sampling)
+    assert torch.equal(turn3.completion_ids, want3.completion_ids)
+    assert width.widths[-2] == 1 + len(reply) < width.widths[-1]
+    assert len(third[2]) > 1 + len(reply)  # so row 2 did not run whole
+
+
+def test_fast_engine_reuses_nothing_once_the_weights_change(monkeypatch):
+    """A weight changed in place without ``sync_weights`` (a warm-start step) or with it: full prefill."""
+    model, tok = POLICY.load()
+    sampling = Sampling(max_new_tokens=4, temperature=1.0)
+    width, engine = PrefillWidth(monkeypatch), FastEngine()
+    first = [[5, 9, 12], [3, 7]]
+    out, _ = width.call(engine, model, first, tok, sampling)
+    second = _next_turn(first, out, tok.eos_token_id, [13])
+    out2, P = width.call(engine, model, second, tok, sampling)
+    assert width.widths[-1] < P  # reused
+    third = _next_turn(second, out2, tok.eos_token_id, [13])
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight.mul_(1.001)
+    out3, P = width.call(engine, model, third, tok, sampling)
+    assert width.widths[-1] == P
+    engine.sync_weights(model)  # an optimiser step: the kept cache is dropped
+    width.call(engine, model, _next_turn(third, out3, tok.eos_token_id, [13]), tok, sampling)
+    assert width.widths[-1] == max(map(len, _next_turn(third, out3, tok.eos_token_id, [13])))
+
+
 def test_fast_engine_merges_lora_adapters():
     model, tok = POLICY.load()
     lora = apply_lora(model, {"r": 4, "lora_alpha": 8, "init_lora_weights": False})

@@ -20,7 +20,15 @@ less work:
   cache is repeated for the n samples of each;
 * **finished rows leave the batch**: once the rows still generating fall to
   ``compact_at`` of the current batch, the batch is compacted (cache rows
-  gathered), so rows that hit EOS stop costing compute.
+  gathered), so rows that hit EOS stop costing compute;
+* **a context that extends the previous call's rows is not prefilled again**
+  (``reuse_prefix``): a multi-turn episode's next context is its last context,
+  the action just sampled and the environment's reply, so the KV cache of the
+  previous call (kept for one call, and only while the weights are unchanged)
+  covers all of it but the reply, and only the new tokens run. A key's rotation
+  depends only on its position in the sequence, so the reused cache is the one a
+  full prefill would compute, up to float rounding. Contexts that extend nothing
+  (single-turn prompts) prefill exactly as without it.
 
 Samples. Sampling follows ``generate``'s order (temperature, top-k, top-p,
 softmax) and draws with the same random numbers: ``torch.multinomial`` with one
@@ -99,6 +107,22 @@ class _Weights:
     kv_heads: int
     head_dim: int
     rotary: object  # the model's rotary-embedding module (cos/sin for any position)
+
+
+@dataclass
+class _Kept:
+    """The previous call's KV cache, by row, for the next call's contexts that extend those rows."""
+
+    weights: list[Tensor]  # the fused weights it was computed with (a copy): reused only while equal
+    rows: dict[tuple[int, ...], list[tuple[list, int, int, Tensor]]]  # context -> (cache, row, col, fed)
+    lengths: list[int]  # the distinct context lengths, longest first
+
+
+def _weight_list(w: _Weights) -> list[Tensor]:
+    out = [w.embed, w.norm, w.head, *(t for t in [w.head_b] if t is not None)]
+    for layer in w.layers:
+        out += [t for t in vars(layer).values() if t is not None]
+    return out
 
 
 def _cat_bias(biases: list[Tensor | None], sizes: list[int], like: Tensor) -> Tensor | None:
@@ -193,13 +217,22 @@ class FastEngine(RolloutEngine):
             (1.0 compacts at every finished row, 0.0 never).
         match_hf_rng: draw the random numbers for the full batch every step, as ``generate`` does,
             so samples match ``HFGenerateEngine`` under the same seed.
+        reuse_prefix: keep each call's KV cache for the next call, whose contexts that extend a row
+            of it (the next turn of an episode) run only their new tokens.
     """
 
-    def __init__(self, compact_at: float = 0.75, match_hf_rng: bool = True) -> None:
+    def __init__(
+        self, compact_at: float = 0.75, match_hf_rng: bool = True, reuse_prefix: bool = True
+    ) -> None:
         if not 0.0 <= compact_at <= 1.0:
             raise RLVRError(f"FastEngine compact_at must be in [0, 1], not {compact_at}")
         self.compact_at = compact_at
         self.match_hf_rng = match_hf_rng
+        self.reuse_prefix = reuse_prefix
+        self._kept: _Kept | None = None
+
+    def sync_weights(self, model) -> None:
+        self._kept = None  # the weights changed: no cache of the old ones is reused
 
     @torch.no_grad()
     def generate(
@@ -223,16 +256,25 @@ class FastEngine(RolloutEngine):
 
         # prefill the B distinct contexts, then repeat their cache for the n samples of each
         # additive key mask of fixed width S = P + T, one row per (row, kv head): 0 where a key is visible
-        keys = torch.full((N, Hkv, 1, P + T), float("-inf"), dtype=w.embed.dtype, device=device)
-        keys[..., :P].masked_fill_(context_mask.bool().repeat_interleave(n, 0)[:, None, None], 0.0)
+        keys = torch.full((B, Hkv, 1, P + T), float("-inf"), dtype=w.embed.dtype, device=device)
+        keys[..., :P].masked_fill_(context_mask.bool()[:, None, None], 0.0)
         pos = (context_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P] as generate numbers them
-        causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()
-        eye = torch.eye(P, dtype=torch.bool, device=device)
-        attn = causal & (context_mask.bool()[:, None, :] | eye)  # [B, P, P]; pad rows see themselves
         cache = [(w.embed.new_zeros(B, Hkv, P + T, D), w.embed.new_zeros(B, Hkv, P + T, D)) for _ in w.layers]
-        x = self._layers(w, w.embed[context_ids], rot[pos], cache, 0, attn[:, None])  # [B, P, d]
+        weights = _weight_list(w)
+        # the last `run` columns are computed; the cache of earlier columns comes from the last call
+        run = self._reuse(weights, context_ids, context_mask, cache)
+        if run == 1:  # one new token a row: the decode step's attention over the fixed-width cache
+            mask = keys
+        else:
+            query = torch.arange(P - run, P, device=device)[:, None]  # [run, 1] the columns computed
+            column = torch.arange(P, device=device)[None]  # [1, P]
+            mask = (column <= query) & (context_mask.bool()[:, None, :] | (column == query))
+            mask = mask[:, None]  # [B, 1, run, P] causal over real tokens; a pad column sees itself
+        x = self._layers(w, w.embed[context_ids[:, P - run :]], rot[pos[:, P - run :]], cache, P - run, mask)
         logits = self._head(w, x[:, -1]).repeat_interleave(n, 0)  # [N, V]
         cache = [(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in cache]
+        keys = keys.repeat_interleave(n, 0)  # [N, Hkv, 1, P + T]
+        home: list[tuple[list, int]] = [(cache, r) for r in range(N)]  # where row r's cache ends up
         next_pos = (pos[:, -1] + 1).repeat_interleave(n, 0)  # [N]
 
         out = torch.full((N, T), pad_id, dtype=torch.long, device=device)
@@ -248,6 +290,8 @@ class FastEngine(RolloutEngine):
             if live == 0 or t == T - 1:
                 break
             if live <= self.compact_at * len(rows) and live < len(rows):  # drop finished rows
+                for j in (~alive).nonzero().squeeze(1).tolist():
+                    home[int(rows[j])] = (cache, j)
                 keep = alive.nonzero().squeeze(1)
                 rows, alive, token, next_pos = rows[keep], alive[keep], token[keep], next_pos[keep]
                 keys = keys[keep]
@@ -257,7 +301,61 @@ class FastEngine(RolloutEngine):
             x = self._layers(w, w.embed[token][:, None], rot[next_pos][:, None], cache, col, keys)
             logits = self._head(w, x[:, -1])
             next_pos = next_pos + 1
+        for j, r in enumerate(rows.tolist()):
+            home[r] = (cache, j)
+        if self.reuse_prefix:
+            self._keep(weights, context_ids, context_mask, n, out[:, : t + 1], t, eos_id, home)
         return Generation(completion_ids=out[:, : t + 1], logp=out_logp[:, : t + 1])
+
+    def _keep(
+        self, weights: list[Tensor], ids: Tensor, mask: Tensor, n: int, out: Tensor, last: int, eos: int, home
+    ) -> None:
+        """Remember every row's cache: its context and the sampled tokens that were fed back (before its
+        EOS and before the last step, whose token is never fed). ``home[r]``: (cache, row) of row r."""
+        P = ids.shape[1]
+        lengths = mask.sum(-1).tolist()  # [B]
+        is_eos = out == eos
+        first_eos = torch.where(is_eos.any(-1), is_eos.int().argmax(-1), out.shape[1])  # [N]
+        fed = first_eos.clamp(max=last).tolist()  # tokens of row r with K/V in its cache
+        kept: dict[tuple[int, ...], list] = {}
+        for r, (cache, j) in enumerate(home):
+            b = r // n
+            context = tuple(ids[b, P - lengths[b] :].tolist())
+            kept.setdefault(context, []).append((cache, j, P - lengths[b], out[r, : fed[r]]))
+        copies = [t.clone() for t in weights]
+        self._kept = _Kept(copies, kept, sorted({len(c) for c in kept}, reverse=True))
+
+    def _reuse(self, weights: list[Tensor], ids: Tensor, mask: Tensor, cache: list) -> int:
+        """Copy the kept cache of every context that extends a row of the previous call into ``cache``
+        [B, Hkv, P + T, D] per layer; returns the columns left to compute at the end of the least
+        covered context (P when nothing is reused). At least a context's last token always runs."""
+        kept, self._kept = self._kept, None
+        P = ids.shape[1]
+        if kept is None or not all(
+            a.shape == b.shape and torch.equal(a, b) for a, b in zip(weights, kept.weights)
+        ):
+            return P
+        run = 0
+        for b, length in enumerate(mask.sum(-1).tolist()):
+            tokens = ids[b, P - length :]
+            best, src = 0, None
+            for size in (s for s in kept.lengths if s < length):
+                for entry in kept.rows.get(tuple(tokens[:size].tolist()), ()):
+                    fed = entry[3]
+                    same = fed[: length - 1 - size] == tokens[size : size + len(fed)][: length - 1 - size]
+                    agree = int(same.int().cumprod(0).sum()) if len(same) else 0  # fed tokens that match
+                    if size + agree > best:
+                        best, src = size + agree, entry
+                if src is not None:
+                    break  # the longest context this one extends
+            if src is not None:
+                old, j, col, _ = src
+                start = P - length
+                for (k, v), (k_old, v_old) in zip(cache, old):
+                    k[b, :, start : start + best] = k_old[j, :, col : col + best]
+                    v[b, :, start : start + best] = v_old[j, :, col : col + best]
+            run = max(run, length - best)
+        return max(run, 1)
 
     def _sample(self, logits: Tensor, sampling: Sampling, rows: Tensor, N: int) -> tuple[Tensor, Tensor]:
         """Next token and its temperature-1 log-prob for each live row: [n], [n]."""
