@@ -15,7 +15,7 @@ from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.models import apply_lora, build_tiny_tokenizer
 from lightning_rlvr.prompts import PromptFormat
 from lightning_rlvr.rollout import completion_mask_from_ids, sample
-from lightning_rlvr.scoring import Scorer
+from lightning_rlvr.scoring import Scorer, left_pad
 from lightning_rlvr.warmstart import WarmStart
 from tests.conftest import QUICKSTART, REPO, TINY
 
@@ -157,14 +157,6 @@ def test_fast_engine_continues_arbitrary_token_contexts(n):
     assert torch.equal(got.completion_ids, want.completion_ids)
 
 
-def _left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(map(len, seqs))
-    ids, mask = torch.full((len(seqs), width), pad), torch.zeros(len(seqs), width, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, width - len(s) :], mask[i, width - len(s) :] = torch.tensor(s), 1
-    return ids, mask
-
-
 def _next_turn(contexts, generation, eos, reply):
     """Each context + its action (cut after its first EOS, as an episode keeps it) + an observation."""
     out = []
@@ -191,7 +183,7 @@ class PrefillWidth:
 
     def call(self, engine, model, seqs, tok, sampling, n=1):
         self._first = True
-        ids, mask = _left_pad(seqs, tok.pad_token_id)
+        ids, mask = left_pad([torch.tensor(s) for s in seqs], tok.pad_token_id)
         return engine.generate(model, ids, mask, n, sampling, tok.pad_token_id, tok.eos_token_id), ids.shape[
             1
         ]

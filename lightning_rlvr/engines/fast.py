@@ -27,8 +27,8 @@ less work:
   previous call (kept for one call, and only while the weights are unchanged)
   covers all of it but the reply, and only the new tokens run. A key's rotation
   depends only on its position in the sequence, so the reused cache is the one a
-  full prefill would compute, up to float rounding. Contexts that extend nothing
-  (single-turn prompts) prefill exactly as without it.
+  full prefill would compute, up to float rounding (``kv_reuse.py``). Contexts that
+  extend nothing (single-turn prompts) prefill exactly as without it.
 
 Samples. Sampling follows ``generate``'s order (temperature, top-k, top-p,
 softmax) and draws with the same random numbers: ``torch.multinomial`` with one
@@ -57,6 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lightning_rlvr.engines import kv_reuse
 from lightning_rlvr.engines.base import Generation, RolloutEngine, Sampling
 from lightning_rlvr.errors import RLVRError
 
@@ -107,15 +108,6 @@ class _Weights:
     kv_heads: int
     head_dim: int
     rotary: object  # the model's rotary-embedding module (cos/sin for any position)
-
-
-@dataclass
-class _Kept:
-    """The previous call's KV cache, by row, for the next call's contexts that extend those rows."""
-
-    weights: list[Tensor]  # the fused weights it was computed with (a copy): reused only while equal
-    rows: dict[tuple[int, ...], list[tuple[list, int, int, Tensor]]]  # context -> (cache, row, col, fed)
-    lengths: list[int]  # the distinct context lengths, longest first
 
 
 def _weight_list(w: _Weights) -> list[Tensor]:
@@ -229,7 +221,7 @@ class FastEngine(RolloutEngine):
         self.compact_at = compact_at
         self.match_hf_rng = match_hf_rng
         self.reuse_prefix = reuse_prefix
-        self._kept: _Kept | None = None
+        self._kept: kv_reuse.KeptCache | None = None
 
     def sync_weights(self, model) -> None:
         self._kept = None  # the weights changed: no cache of the old ones is reused
@@ -262,7 +254,8 @@ class FastEngine(RolloutEngine):
         cache = [(w.embed.new_zeros(B, Hkv, P + T, D), w.embed.new_zeros(B, Hkv, P + T, D)) for _ in w.layers]
         weights = _weight_list(w)
         # the last `run` columns are computed; the cache of earlier columns comes from the last call
-        run = self._reuse(weights, context_ids, context_mask, cache)
+        kept, self._kept = self._kept, None
+        run = kv_reuse.reuse(kept, weights, context_ids, context_mask, cache)
         if run == 1:  # one new token a row: the decode step's attention over the fixed-width cache
             mask = keys
         else:
@@ -304,58 +297,9 @@ class FastEngine(RolloutEngine):
         for j, r in enumerate(rows.tolist()):
             home[r] = (cache, j)
         if self.reuse_prefix:
-            self._keep(weights, context_ids, context_mask, n, out[:, : t + 1], t, eos_id, home)
+            done = out[:, : t + 1]
+            self._kept = kv_reuse.keep(weights, context_ids, context_mask, n, done, t, eos_id, home)
         return Generation(completion_ids=out[:, : t + 1], logp=out_logp[:, : t + 1])
-
-    def _keep(
-        self, weights: list[Tensor], ids: Tensor, mask: Tensor, n: int, out: Tensor, last: int, eos: int, home
-    ) -> None:
-        """Remember every row's cache: its context and the sampled tokens that were fed back (before its
-        EOS and before the last step, whose token is never fed). ``home[r]``: (cache, row) of row r."""
-        P = ids.shape[1]
-        lengths = mask.sum(-1).tolist()  # [B]
-        is_eos = out == eos
-        first_eos = torch.where(is_eos.any(-1), is_eos.int().argmax(-1), out.shape[1])  # [N]
-        fed = first_eos.clamp(max=last).tolist()  # tokens of row r with K/V in its cache
-        kept: dict[tuple[int, ...], list] = {}
-        for r, (cache, j) in enumerate(home):
-            b = r // n
-            context = tuple(ids[b, P - lengths[b] :].tolist())
-            kept.setdefault(context, []).append((cache, j, P - lengths[b], out[r, : fed[r]]))
-        copies = [t.clone() for t in weights]
-        self._kept = _Kept(copies, kept, sorted({len(c) for c in kept}, reverse=True))
-
-    def _reuse(self, weights: list[Tensor], ids: Tensor, mask: Tensor, cache: list) -> int:
-        """Copy the kept cache of every context that extends a row of the previous call into ``cache``
-        [B, Hkv, P + T, D] per layer; returns the columns left to compute at the end of the least
-        covered context (P when nothing is reused). At least a context's last token always runs."""
-        kept, self._kept = self._kept, None
-        P = ids.shape[1]
-        if kept is None or not all(
-            a.shape == b.shape and torch.equal(a, b) for a, b in zip(weights, kept.weights)
-        ):
-            return P
-        run = 0
-        for b, length in enumerate(mask.sum(-1).tolist()):
-            tokens = ids[b, P - length :]
-            best, src = 0, None
-            for size in (s for s in kept.lengths if s < length):
-                for entry in kept.rows.get(tuple(tokens[:size].tolist()), ()):
-                    fed = entry[3]
-                    same = fed[: length - 1 - size] == tokens[size : size + len(fed)][: length - 1 - size]
-                    agree = int(same.int().cumprod(0).sum()) if len(same) else 0  # fed tokens that match
-                    if size + agree > best:
-                        best, src = size + agree, entry
-                if src is not None:
-                    break  # the longest context this one extends
-            if src is not None:
-                old, j, col, _ = src
-                start = P - length
-                for (k, v), (k_old, v_old) in zip(cache, old):
-                    k[b, :, start : start + best] = k_old[j, :, col : col + best]
-                    v[b, :, start : start + best] = v_old[j, :, col : col + best]
-            run = max(run, length - best)
-        return max(run, 1)
 
     def _sample(self, logits: Tensor, sampling: Sampling, rows: Tensor, N: int) -> tuple[Tensor, Tensor]:
         """Next token and its temperature-1 log-prob for each live row: [n], [n]."""
