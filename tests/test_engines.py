@@ -167,42 +167,62 @@ def _next_turn(contexts, generation, eos, reply):
 
 
 class PrefillWidth:
-    """Records how many columns each ``generate`` call's prefill computes (its first ``_layers`` call)."""
+    """Records, per ``generate`` call, how many columns its prefill computes (its first ``_layers`` call)
+    and the batch sizes of its decode steps (they shrink as finished rows leave the batch)."""
 
     def __init__(self, monkeypatch):
-        self.widths, self._first = [], True
+        self.widths, self.batches, self._prefill = [], [], False
         original = FastEngine._layers
 
         def spy(w, x, *args):
-            if self._first:
+            if self._prefill:
                 self.widths.append(x.shape[1])
-                self._first = False
+                self._prefill = False
+            else:
+                self.batches[-1].append(x.shape[0])
             return original(w, x, *args)
 
         monkeypatch.setattr(FastEngine, "_layers", staticmethod(spy))
 
     def call(self, engine, model, seqs, tok, sampling, n=1):
-        self._first = True
+        self.batches.append([])
+        self._prefill = True
         ids, mask = left_pad([torch.tensor(s) for s in seqs], tok.pad_token_id)
-        return engine.generate(model, ids, mask, n, sampling, tok.pad_token_id, tok.eos_token_id), ids.shape[
-            1
-        ]
+        out = engine.generate(model, ids, mask, n, sampling, tok.pad_token_id, tok.eos_token_id)
+        return out, ids.shape[1]
 
 
-@pytest.mark.parametrize(
-    "max_new", [1, 3, 12]
-)  # 1: the last token is the only one fed; 3: rows cut at the budget
-def test_fast_engine_runs_only_the_new_tokens_of_contexts_that_extend_the_last_call(monkeypatch, max_new):
+FIRST_TURN = [
+    [5, 9, 12, 22, 7],
+    [3],
+    [16, 17, 18, 19, 20, 21, 22, 23, 6, 6, 6],
+    [10, 11],
+    [7, 7, 8],
+    [9],
+    [4, 5],
+]
+
+
+# max_new 1: the last token is the only one fed; 3: rows cut at the budget; 12 with compact_at 0.5 or 1: rows
+# leave the batch (several at once, or one by one) and their cache is kept from where they left
+@pytest.mark.parametrize("max_new,compact_at", [(1, 0.75), (3, 0.75), (12, 0.0), (12, 0.5), (12, 1.0)])
+def test_fast_engine_runs_only_the_new_tokens_of_contexts_that_extend_the_last_call(
+    monkeypatch, max_new, compact_at
+):
     """A multi-turn call after a call whose rows it extends: the same samples as a full prefill (and as
     generate), with only each context's new tokens computed; fresh or diverging contexts still run whole."""
-    model, tok = POLICY.load()
+    model, tok = llama(max_position_embeddings=128), build_tiny_tokenizer()
     eos, reply = tok.eos_token_id, [13, 14, 15]
-    first = [[5, 9, 12, 22, 7], [3], [16, 17, 18, 19, 20, 21, 22, 23, 6, 6, 6], [10, 11]]
+    with torch.no_grad():
+        model.lm_head.weight[eos] *= 15  # EOS likelier still: rows finish steps apart, several at once
+    first = FIRST_TURN
     sampling = Sampling(max_new_tokens=max_new, temperature=1.2)
     width = PrefillWidth(monkeypatch)
-    reuse, full = FastEngine(), FastEngine(reuse_prefix=False)
+    reuse, full = FastEngine(compact_at=compact_at), FastEngine(compact_at=compact_at, reuse_prefix=False)
     torch.manual_seed(3)
     turn1, _ = width.call(reuse, model, first, tok, sampling)
+    if max_new == 12 and compact_at > 0:  # rows really left the batch, at different steps
+        assert len(set(width.batches[-1])) > 2
     torch.manual_seed(3)
     assert torch.equal(width.call(full, model, first, tok, sampling)[0].completion_ids, turn1.completion_ids)
     second = _next_turn(first, turn1, eos, reply)

@@ -283,8 +283,11 @@ class FastEngine(RolloutEngine):
             if live == 0 or t == T - 1:
                 break
             if live <= self.compact_at * len(rows) and live < len(rows):  # drop finished rows
-                for j in (~alive).nonzero().squeeze(1).tolist():
-                    home[int(rows[j])] = (cache, j)
+                if self.reuse_prefix:  # the finished rows' cache, for the next call (only theirs is copied)
+                    gone = (~alive).nonzero().squeeze(1)
+                    left = [(k[gone], v[gone]) for k, v in cache]
+                    for i, j in enumerate(gone.tolist()):
+                        home[int(rows[j])] = (left, i)
                 keep = alive.nonzero().squeeze(1)
                 rows, alive, token, next_pos = rows[keep], alive[keep], token[keep], next_pos[keep]
                 keys = keys[keep]
