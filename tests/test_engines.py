@@ -252,6 +252,26 @@ def test_fast_engine_runs_only_the_new_tokens_of_contexts_that_extend_the_last_c
     assert len(third[2]) > 1 + len(reply)  # so row 2 did not run whole
 
 
+def test_a_context_with_a_gap_in_its_mask_runs_whole_next_to_reused_ones(monkeypatch):
+    """Reuse assumes a left-padded context; one whose mask has a hole (any other layout) runs from its
+    first real token, and the call still samples what a full prefill samples."""
+    model, tok = POLICY.load()
+    sampling = Sampling(max_new_tokens=4, temperature=1.0)
+    width, reuse, full = PrefillWidth(monkeypatch), FastEngine(), FastEngine(reuse_prefix=False)
+    first = [[5, 9, 12], [3, 7, 8, 9, 10, 11]]
+    out, _ = width.call(reuse, model, first, tok, sampling)
+    second = _next_turn(first, out, tok.eos_token_id, [13])
+    ids, mask = left_pad([torch.tensor(s) for s in second + [[6, 6, 6, 6, 6]]], tok.pad_token_id)
+    P = ids.shape[1]
+    mask[-1, P - 3] = 0  # a hole two tokens before the end of the last context
+    got, want = [], []
+    for engine, into in ((reuse, got), (full, want)):
+        torch.manual_seed(8)
+        into.append(engine.generate(model, ids, mask, 1, sampling, tok.pad_token_id, tok.eos_token_id))
+    assert torch.equal(got[0].completion_ids, want[0].completion_ids)
+    torch.testing.assert_close(got[0].logp, want[0].logp, atol=1e-5, rtol=1e-5)
+
+
 def test_fast_engine_reuses_nothing_once_the_weights_change(monkeypatch):
     """A weight changed in place without ``sync_weights`` (a warm-start step) or with it: full prefill."""
     model, tok = POLICY.load()

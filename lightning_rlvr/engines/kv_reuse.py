@@ -41,6 +41,11 @@ def _equal(a: Tensor, b: Tensor) -> bool:
     return a.shape == b.shape and torch.equal(a, b)
 
 
+def _left_packed(mask: Tensor) -> Tensor:
+    """[B] bool: the row's real tokens are its last ``length`` columns (left padding, no gaps)."""
+    return mask[:, -1].bool() & (mask.sum(-1) == mask.shape[1] - mask.int().argmax(-1))
+
+
 def keep(
     weights: list[Tensor],
     ids: Tensor,
@@ -63,12 +68,15 @@ def keep(
     """
     P = ids.shape[1]
     lengths = mask.sum(-1).tolist()  # [B]
+    packed = _left_packed(mask).tolist()  # contexts whose real tokens are the last `length` columns
     is_eos = out == eos
     first_eos = torch.where(is_eos.any(-1), is_eos.int().argmax(-1), out.shape[1])  # [N]
     fed = first_eos.clamp(max=last).tolist()  # sampled tokens of row r with keys in its cache
     rows: dict[tuple[int, ...], list] = {}
     for r, (cache, j) in enumerate(home):
         b = r // n
+        if not packed[b]:
+            continue
         context = tuple(ids[b, P - lengths[b] :].tolist())
         rows.setdefault(context, []).append((cache, j, P - lengths[b], out[r, : fed[r]]))
     return KeptCache([t.clone() for t in weights], rows, sorted({len(c) for c in rows}, reverse=True))
@@ -85,7 +93,11 @@ def reuse(kept: KeptCache | None, weights: list[Tensor], ids: Tensor, mask: Tens
     if kept is None or not all(_equal(a, b) for a, b in zip(weights, kept.weights)):
         return P  # nothing kept, or kept under other weights
     run = 0
+    packed, first = _left_packed(mask).tolist(), mask.int().argmax(-1).tolist()
     for b, length in enumerate(mask.sum(-1).tolist()):
+        if not packed[b]:  # a gap inside the context: it runs from its first real token, nothing reused
+            run = max(run, P - first[b])
+            continue
         tokens = ids[b, P - length :]
         best, src = 0, None
         for size in (s for s in kept.lengths if s < length):
