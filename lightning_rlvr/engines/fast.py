@@ -297,9 +297,9 @@ class FastEngine(RolloutEngine):
             x = self._layers(w, w.embed[token][:, None], rot[next_pos][:, None], cache, col, keys)
             logits = self._head(w, x[:, -1])
             next_pos = next_pos + 1
-        for j, r in enumerate(rows.tolist()):
-            home[r] = (cache, j)
         if self.reuse_prefix:
+            for j, r in enumerate(rows.tolist()):
+                home[r] = (cache, j)
             done = out[:, : t + 1]
             self._kept = kv_reuse.keep(weights, context_ids, context_mask, n, done, t, eos_id, home)
         return Generation(completion_ids=out[:, : t + 1], logp=out_logp[:, : t + 1])
