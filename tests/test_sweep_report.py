@@ -308,3 +308,37 @@ def test_the_tuning_choice_is_the_best_value_per_method_and_the_first_on_a_tie(t
             "method": {"grpo": {"model.lr": 1e-4}, "shear": {"model.lr": 1e-4}, "hsd": {"model.lr": 5e-5}}
         }
     }
+
+
+@pytest.mark.parametrize("cells", [2, 20])
+def test_the_curves_legend_lists_every_cell_once_and_covers_no_panel(cells):
+    # (step, mean, low, high, seeds): a val point at every 25 steps, train reward at every step
+    curves = {
+        f"method=m{i}, model.lr={i}e-4": {
+            "train/reward_mean": [(s, 0.01 * i, 0.0, 0.02 * i, 3) for s in range(75)],
+            "val/pass@1": [(s, 0.01 * i, 0.0, 0.02 * i, 3) for s in (0, 25, 50, 75)],
+        }
+        for i in range(cells)
+    }
+    fig = rep.curves_figure(curves, "t")
+    fig.canvas.draw()
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == list(curves)
+    box = legend.get_window_extent()
+    for ax in fig.axes:
+        panel = ax.get_window_extent()
+        assert box.x0 >= panel.x1 or box.x1 <= panel.x0 or box.y0 >= panel.y1 or box.y1 <= panel.y0
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_curve_styles_stay_distinct_past_the_palette():
+    # 13 methods x 5 lrs (a tuning sweep): one colour a method, one line style an lr
+    grid = [f"method=m{m}, model.lr={lr}" for m in range(13) for lr in range(5)]
+    styles = rep.curve_styles(grid, 20)
+    assert len(set(styles.values())) == 65
+    assert {styles[f"method=m3, model.lr={lr}"][0] for lr in range(5)} == {3}
+    # one axis, 45 cells on a 20-colour palette: colours repeat, styles tell them apart
+    single = [f"m{i}" for i in range(45)]
+    assert len(set(rep.curve_styles(single, 20).values())) == 45
