@@ -57,6 +57,7 @@ STEP_TIME_KEYS = ("time/rollout_s", "time/score_s", "time/credit_s", "time/updat
 # credit_eval.csv metrics (``lightning_rlvr.credit_eval.write_csv`` writes each as ``<name>_mean`` etc.)
 CREDIT_COLUMNS = ("spearman", "localisation", "sign")
 TIME_TO_TARGET = "time_to_target_s"
+START = "val/pass@1_start"  # val pass@1 before RL: which warm start a run began from
 # (results.csv column, table header, decimals); test/pass@k columns are added as found
 SUMMARY = [
     ("val/pass@1_final", "val pass@1 (last)", 3),
@@ -136,7 +137,7 @@ def run_row(sweep: Sweep, run: Run) -> dict | None:
     reward = [v for _, v in series.get("train/reward_mean", [])]
     row = {"run_id": run.run_id, **dict(run.cell), "seed": run.seed if run.seed is not None else ""}
     row.update(json.loads((d / TEST_METRICS).read_text()))
-    row["val/pass@1_start"] = val[0][1] if val and val[0][0] == 0 else ""
+    row[START] = val[0][1] if val and val[0][0] == 0 else ""
     row["val/pass@1_final"] = val[-1][1] if val else ""
     row["train/reward_last"] = sum(reward[-TAIL:]) / len(reward[-TAIL:]) if reward else ""
     row["steps"] = len(reward)
@@ -247,8 +248,11 @@ def _metric_by_seed(members: dict[str, dict], metric: str) -> dict[str, float]:
 def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSettings) -> list[dict]:
     """Every cell against the baseline cell with the same other axis values, paired by seed.
 
-    One entry per (cell, metric): {"cell", "metric", "comparison" (``PairedComparison``)}, cells in
-    first-seen order. Cells whose baseline counterpart has no finished run are left out.
+    One entry per (cell, metric): {"cell", "metric", "comparison" (``PairedComparison``), "unpaired"},
+    cells in first-seen order. Cells whose baseline counterpart has no finished run are left out.
+    A seed pairs only when both runs started from the same warm start, read as the same val pass@1
+    before RL (a warm start trained again, on another machine or after a code change, can differ);
+    "unpaired" lists the others as (seed, this start, the baseline's start).
     """
     by_cell: dict[tuple, dict[str, dict]] = {}
     for row in rows:
@@ -260,12 +264,20 @@ def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSetti
         if base_key == key or base_key not in by_cell:
             continue
         base = by_cell[base_key]
+        unpaired = [
+            (seed, seeds[seed][START], base[seed][START])
+            for seed in seeds
+            if seed in base
+            and "" not in (seeds[seed].get(START, ""), base[seed].get(START, ""))
+            and float(seeds[seed][START]) != float(base[seed][START])
+        ]
+        same = {s: r for s, r in seeds.items() if s not in {u[0] for u in unpaired}}
         for metric in settings.compare:
-            x, y = _metric_by_seed(seeds, metric), _metric_by_seed(base, metric)
-            if not x or not y:
+            x, y = _metric_by_seed(same, metric), _metric_by_seed(base, metric)
+            if not (x or unpaired) or not y:
                 continue
             comparison = paired_comparison(x, y, settings.level, settings.power)
-            out.append({"cell": cell, "metric": metric, "comparison": comparison})
+            out.append({"cell": cell, "metric": metric, "comparison": comparison, "unpaired": unpaired})
     return out
 
 
@@ -275,8 +287,20 @@ def _no_spread(c) -> bool:
     return c.n >= 2 and c.mdd == 0 and c.diff != 0
 
 
-def verdict(c, scale: float, unit: str) -> str:
-    """'better' / 'worse' when the interval excludes 0, else 'no difference > MDD' (what could be seen)."""
+def verdict(c, scale: float, unit: str, unpaired: Sequence[tuple[str, str, str]] = ()) -> str:
+    """'better' / 'worse' when the interval excludes 0, else 'no difference > MDD' (what could be seen);
+    seeds left out for another warm start are named after it."""
+    said = _verdict(c, scale, unit)
+    if unpaired:
+        starts = sorted({f"{float(a):.3f} vs {float(b):.3f}" for _, a, b in unpaired})
+        said += (
+            f"; {len(unpaired)} seed{'s' if len(unpaired) != 1 else ''} not paired: another warm start"
+            f" (val pass@1 before RL {', '.join(starts)})"
+        )
+    return said
+
+
+def _verdict(c, scale: float, unit: str) -> str:
     if c.n < 2:
         return f"undecided ({c.n} paired seed{'s' if c.n != 1 else ''})"
     if _no_spread(c):
@@ -301,7 +325,9 @@ def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings
             diff, p, mdd = (f"{c.diff * scale:+.{dec}f}" if c.n else "-"), "-", "-"
         cells = [entry["cell"][a] for a in axes]
         lines.append(
-            "| " + " | ".join([*cells, metric, str(c.n), diff, p, mdd, verdict(c, scale, unit)]) + " |"
+            "| "
+            + " | ".join([*cells, metric, str(c.n), diff, p, mdd, verdict(c, scale, unit, entry["unpaired"])])
+            + " |"
         )
     return "\n".join(lines) + "\n"
 
@@ -525,7 +551,7 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
         return [md_path]
     write_results_csv(rows, csv_path)
     axes = [axis_label(k) for k in sweep.grid if k != sweep.seed_key]
-    start = sorted({r["val/pass@1_start"] for r in rows if r.get("val/pass@1_start") != ""})
+    start = sorted({r[START] for r in rows if r.get(START) != ""})
     text = [
         f"# Sweep `{sweep.name}`\n",
         f"`lightning-rlvr-sweep {sweep.path}`: {len(rows)} of {len(runs)} runs finished. Each cell is the "
@@ -537,6 +563,13 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
     ]
     if len(start) == 1:
         text.append(f"val pass@1 before RL (the shared warm start): {float(start[0]):.3f}.\n")
+    elif start:
+        counts = ", ".join(f"{float(v):.3f} ({sum(r[START] == v for r in rows)} runs)" for v in start)
+        text.append(
+            f"val pass@1 before RL differs between runs: {counts}. These runs did not all start from the "
+            "same warm start (one trained again, on another machine or after a code change); the "
+            "comparison below pairs a seed only when both runs started from the same one.\n"
+        )
     settings = sweep.report
     text.append(markdown_table(axes, rows, settings.target_accuracy))
     baseline = ", ".join(f"{a} = {v}" for a, v in settings.baseline.items())

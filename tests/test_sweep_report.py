@@ -342,3 +342,41 @@ def test_curve_styles_stay_distinct_past_the_palette():
     # one axis, 45 cells on a 20-colour palette: colours repeat, styles tell them apart
     single = [f"m{i}" for i in range(45)]
     assert len(set(rep.curve_styles(single, 20).values())) == 45
+
+
+def test_a_seed_pairs_only_when_both_runs_started_from_the_same_warm_start(tmp_path):
+    # "moved" ran after the warm start was trained again (val before RL 0.109, not 0.152) on every
+    # seed, "mixed" on seed 2 only; a missing start (an older run) pairs as before.
+    text = "run_id,method,seed,val/pass@1_start,test/pass@1\n" + "".join(
+        f"r,{m},{s},{start},{value}\n"
+        for m, s, start, value in [
+            ("grpo", 0, 0.152, 0.50),
+            ("grpo", 1, 0.152, 0.60),
+            ("grpo", 2, 0.152, 0.70),
+            ("grpo", 3, "", 0.4),
+            ("mixed", 0, 0.152, 0.58),
+            ("mixed", 1, 0.152, 0.66),
+            ("mixed", 2, 0.109, 0.10),
+            ("mixed", 3, "", 0.5),
+            ("moved", 0, 0.109, 0.30),
+            ("moved", 1, 0.109, 0.31),
+            ("moved", 2, 0.109, 0.32),
+        ]
+    )
+    axes, rows = _rows(text, tmp_path)
+    settings = sw.ReportSettings(baseline={"method": "grpo"})
+    found = {e["cell"]["method"]: e for e in rep.compare_to_baseline(axes, rows, settings)}
+    mixed = found["mixed"]
+    assert mixed["unpaired"] == [("2", "0.109", "0.152")]
+    # seeds 0, 1, 3: 0.08, 0.06, 0.10 (seed 2's -0.60 would swamp them)
+    assert mixed["comparison"].n == 3 and mixed["comparison"].diff == pytest.approx(0.08)
+    assert found["moved"]["comparison"].n == 0 and len(found["moved"]["unpaired"]) == 3
+    lines = {
+        x.split(" | ")[0].strip("| "): x for x in rep.comparison_table(axes, rows, settings).splitlines()[2:]
+    }
+    note = "not paired: another warm start (val pass@1 before RL 0.109 vs 0.152)"
+    assert lines["mixed"].endswith(f"| better; 1 seed {note} |")
+    assert (
+        lines["moved"]
+        == f"| moved | test/pass@1 | 0 | - | - | - | undecided (0 paired seeds); 3 seeds {note} |"
+    )
