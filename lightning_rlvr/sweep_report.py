@@ -540,6 +540,26 @@ _COMPARISON_NOTE = (
 
 
 # ---------------------------------------------------------------------------- all of it
+def included_rows(axes: list[str], rows: list[dict], paths: Sequence[Path]) -> tuple[list[dict], list[str]]:
+    """Rows of other sweeps' results.csv (``report.include``) for the cells this sweep lacks, and a
+    line per file saying what joined (or that it is missing)."""
+    own = {tuple(str(r[a]) for a in axes) for r in rows}
+    out, said = [], []
+    for path in paths:
+        if not path.is_file():
+            said.append(f"report.include: {path} not found; its cells are not compared.\n")
+            continue
+        columns, theirs = read_results_csv(path)
+        if not set(axes) <= set(columns):
+            said.append(f"report.include: {path} lacks the axes {axes}; its cells are not compared.\n")
+            continue
+        joined = [r for r in theirs if tuple(str(r[a]) for a in axes) not in own]
+        cells = sorted({cell_label(axes, r) for r in joined})
+        said.append(f"Also compared with this baseline: {', '.join(cells) or 'no cell'}, from `{path}`.\n")
+        out += joined
+    return out, said
+
+
 def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
     """results.csv, results.md, curves.csv and curves.png under the sweep's report_dir."""
     rows = [r for r in (run_row(sweep, run) for run in runs) if r is not None]
@@ -574,10 +594,12 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
     text.append(markdown_table(axes, rows, settings.target_accuracy))
     baseline = ", ".join(f"{a} = {v}" for a, v in settings.baseline.items())
     if baseline:
+        included, said = included_rows(axes, rows, settings.include)
         text += [
             f"## Against the baseline ({baseline})\n",
             _COMPARISON_NOTE.format(level=round(settings.level * 100), power=round(settings.power * 100)),
-            comparison_table(axes, rows, settings),
+            *said,
+            comparison_table(axes, rows + included, settings),
         ]
     if settings.choose:
         text.append(choice_text(axes, rows, settings.choose, settings.choose_by))

@@ -40,7 +40,7 @@ SPEC = "spec.json"  # the run's config files and overrides, written when its fit
 CREDIT_EVAL = "credit_eval.csv"  # optional: lightning-rlvr-credit-eval on the final checkpoint
 SWEEP_KEYS = {"name", "out", "report_dir", "configs", "overrides", "grid", "test_overrides", "env", "jobs"}
 SWEEP_KEYS |= {"seed_key", "slurm", "axis_overrides", "report"}
-REPORT_KEYS = {"baseline", "compare", "target_accuracy", "level", "power", "choose", "choose_by"}
+REPORT_KEYS = {"baseline", "compare", "target_accuracy", "level", "power", "choose", "choose_by", "include"}
 
 
 class SweepError(ValueError):
@@ -67,6 +67,9 @@ class ReportSettings:
             on a tie. The report then prints the choice as an ``axis_overrides`` block to paste into
             the main sweep file. None: no choice.
         choose_by: the results.csv column that decides (default: the last validation's pass@1).
+        include: other sweeps' results.csv files whose cells (those this sweep lacks) are compared
+            with this sweep's baseline too, paired by seed and warm start: a baseline rerun (a control)
+            gives the main sweep's methods a partner. Their rows join the comparison only.
     """
 
     baseline: dict[str, str] = field(default_factory=dict)
@@ -76,6 +79,7 @@ class ReportSettings:
     power: float = 0.8
     choose: str | None = None
     choose_by: str = "val/pass@1_final"
+    include: list[Path] = field(default_factory=list)
 
 
 @dataclass
@@ -288,7 +292,11 @@ def _report_settings(path: Path, raw: Any, grid: dict[str, list], seed_key: str)
         )
     target = None if target is None else float(target)
     by = str(raw.get("choose_by", "val/pass@1_final"))
-    return ReportSettings(baseline, compare, target, level, power, choose, by)
+    include = raw.get("include", [])
+    include = [include] if isinstance(include, str) else include
+    if not isinstance(include, list) or not all(isinstance(f, str) for f in include):
+        raise SweepError(f"{path}: report.include must be a list of results.csv paths, got {include!r}")
+    return ReportSettings(baseline, compare, target, level, power, choose, by, [Path(f) for f in include])
 
 
 # ---------------------------------------------------------------------------- grid expansion

@@ -450,21 +450,28 @@ def test_a_tuning_sweep_tunes_its_main_sweep_on_the_same_task_and_evaluation(tun
 
 
 @pytest.mark.parametrize("control", sorted((REPO / "sweeps").glob("control_*.yaml")), ids=lambda p: p.stem)
-def test_a_control_sweep_reruns_its_main_sweeps_runs_with_only_the_lr_changed(control, monkeypatch):
+def test_a_control_sweep_reruns_its_main_sweeps_runs_with_only_the_stated_change(control, monkeypatch):
     """A control (control_<main>_<what>.yaml) is read against its main sweep's runs seed by seed, so it
-    must be those runs but for the lr: same configs, task, warm start, horizon and evaluation, methods and
-    seeds from the main sweep's grid."""
+    must be those runs but for what it changes: same configs, task, warm start recipe, horizon and
+    evaluation, methods and seeds from the main sweep's grid, and either an lr axis (a rate another
+    method of the main sweep runs at) or the main sweep's own lr for each method."""
     monkeypatch.chdir(REPO)
     stem = control.stem.removeprefix("control_")
     (main_file,) = [m for m in (REPO / "sweeps").glob("methods_*.yaml") if stem.startswith(m.stem[8:] + "_")]
     main, ctl = sw.load_sweep(main_file), sw.load_sweep(control)
     assert ctl.configs == main.configs and ctl.test_overrides == main.test_overrides
     assert ctl.overrides == main.overrides
-    assert set(ctl.grid) == set(main.grid) | {"model.lr"}
+    assert set(ctl.grid) - {"model.lr"} == set(main.grid)
     assert set(ctl.grid["seed_everything"]) <= set(main.grid["seed_everything"])
     assert all(m in main.grid["config:method"] for m in ctl.grid["config:method"])
-    chosen = {v["model.lr"] for v in main.axis_overrides["method"].values()}
-    assert not chosen.isdisjoint(ctl.grid["model.lr"])  # an lr another method of the main sweep runs at
+    chosen = main.axis_overrides["method"]
+    if "model.lr" in ctl.grid:
+        assert not {v["model.lr"] for v in chosen.values()}.isdisjoint(ctl.grid["model.lr"])
+    else:
+        assert ctl.axis_overrides["method"] == {m: chosen[m] for m in ctl.axis_overrides["method"]}
+    for path in ctl.report.include:  # what it is read against exists, and is the main sweep's
+        assert (REPO / path).resolve() == (REPO / main.report_dir / "results.csv").resolve()
+        assert (REPO / path).is_file()
 
 
 def test_the_run_archive_under_a_report_directory_is_committed_not_ignored():

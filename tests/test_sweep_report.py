@@ -380,3 +380,41 @@ def test_a_seed_pairs_only_when_both_runs_started_from_the_same_warm_start(tmp_p
         lines["moved"]
         == f"| moved | test/pass@1 | 0 | - | - | - | undecided (0 paired seeds); 3 seeds {note} |"
     )
+
+
+def test_included_results_give_a_main_sweeps_methods_the_rerun_baseline_from_their_start(tmp_path):
+    # a control reran GRPO from the warm start as it trains now (0.109); the main sweep's GRPO and
+    # SHEAR began at 0.152, its MC at 0.109: MC pairs with the control's GRPO, SHEAR cannot
+    main = tmp_path / "main.csv"
+    main.write_text(
+        "run_id,method,seed,val/pass@1_start,test/pass@1\n"
+        + "".join(
+            f"r,grpo,{s},0.152,0.5\nr,shear,{s},0.152,0.4\nr,mc,{s},0.109,{0.3 + 0.02 * s}\n"
+            for s in range(3)
+        )
+    )
+    axes, rows = _rows(
+        "run_id,method,seed,val/pass@1_start,test/pass@1\n"
+        + "".join(f"c,grpo,{s},0.109,{0.2 + 0.01 * s}\n" for s in range(3)),
+        tmp_path,
+    )
+    joined, said = rep.included_rows(axes, rows, [main, tmp_path / "gone.csv"])
+    assert sorted({r["method"] for r in joined}) == ["mc", "shear"]  # the main sweep's GRPO is not ours
+    assert (
+        said[0] == f"Also compared with this baseline: mc, shear, from `{main}`.\n" and "not found" in said[1]
+    )
+    found = {
+        e["cell"]["method"]: e
+        for e in rep.compare_to_baseline(axes, rows + joined, sw.ReportSettings(baseline={"method": "grpo"}))
+    }
+    assert found["mc"]["comparison"].n == 3 and found["mc"]["comparison"].diff == pytest.approx(0.11)
+    assert found["shear"]["comparison"].n == 0 and len(found["shear"]["unpaired"]) == 3
+
+
+def test_report_include_must_be_a_list_of_paths(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("grid:\n  seed_everything: [0]\n  model.lr: [1]\nreport:\n  include: {a: 1}\n")
+    with pytest.raises(sw.SweepError, match="report.include must be a list of results.csv paths"):
+        sw.load_sweep(path)
+    path.write_text("grid:\n  seed_everything: [0]\n  model.lr: [1]\nreport:\n  include: r.csv\n")
+    assert sw.load_sweep(path).report.include == [Path("r.csv")]
