@@ -27,6 +27,7 @@ login node, with no cluster runtime (as Ray would need) to stand up.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import csv
 import hashlib
@@ -249,10 +250,47 @@ def pending(sweep: Sweep, runs: Sequence[Run]) -> list[Run]:
     return sorted(todo, key=lambda r: seeds.index(r.seed))
 
 
+@contextlib.contextmanager
+def run_lock(sweep: Sweep, run: Run):
+    """Hold an exclusive lock on ``run`` for this process (yields False if another process holds it).
+
+    Two sweep invocations on one output directory (a second terminal, a relaunch while the first still
+    runs) would otherwise run the same run at once, and the second would delete the first's unfinished
+    directory under it. The lock file lives beside the run directory, which a restart removes."""
+    path = sweep.out / ".locks" / f"{run.run_id}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        try:
+            import fcntl
+
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # no fcntl (Windows): no lock, as before
+            pass
+        except OSError:
+            yield False
+            return
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield True  # closing the file releases the lock, also when the process dies
+
+
 def execute_run(
     sweep: Sweep, run: Run, env: dict[str, str], runner: CommandRunner = subprocess_runner
 ) -> dict:
-    """Fit (unless a previous fit finished), test, then mark the run done; returns its status."""
+    """Fit (unless a previous fit finished), test, then mark the run done; returns its status.
+    A run another process is running is left to it (status stage "busy")."""
+    with run_lock(sweep, run) as mine:
+        if not mine:
+            lock = sweep.out / ".locks" / f"{run.run_id}.lock"
+            return {"run_id": run.run_id, "ok": False, "stage": "busy", "log": str(lock)}
+        if is_done(sweep, run):  # the other process finished it while this one waited in the queue
+            return {"run_id": run.run_id, "ok": True, **json.loads((run_dir(sweep, run) / DONE).read_text())}
+        return _execute_run(sweep, run, env, runner)
+
+
+def _execute_run(sweep: Sweep, run: Run, env: dict[str, str], runner: CommandRunner) -> dict:
     d = run_dir(sweep, run)
     t0 = time.time()
     status: dict[str, Any] = {"run_id": run.run_id, "ok": False}
@@ -387,6 +425,12 @@ def run_submitit(
 def _log_status(status: dict) -> None:
     if status["ok"]:
         log.info("%s done (fit %ss, test %ss)", status["run_id"], status["fit_s"], status["test_s"])
+    elif status.get("stage") == "busy":
+        log.warning(
+            "%s skipped: another lightning-rlvr-sweep is running it (lock %s)",
+            status["run_id"],
+            status["log"],
+        )
     else:
         log.warning(
             "%s FAILED in %s (exit %s); see %s",

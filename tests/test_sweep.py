@@ -277,6 +277,31 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, monkey
     assert {r["test/pass@1"] for r in rows} == {"0.5"}
 
 
+def test_a_second_sweep_on_the_same_directory_leaves_the_runs_in_progress_to_the_first(tmp_path, monkeypatch):
+    """Launched twice, the second invocation used to delete the first's unfinished run directory and run
+    it again beside it; now each run is locked by the process running it and the other skips it."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    path = write(tmp_path / "s.yaml", "out: out\ngrid:\n  config: [m/one.yaml]\n  seed_everything: [0, 1]\n")
+    second = FakeLightning()
+    inner: list[int] = []
+
+    class First(FakeLightning):
+        def __call__(self, argv, log_path, env):
+            if argv[0] == "fit" and log_path.parent.name == "one__seed=0":
+                write(log_path.parent / "partial.txt", "half a fit")
+                inner.append(sw.main([str(path), "--jobs", "1"], runner=second))  # launched again meanwhile
+                assert (log_path.parent / "partial.txt").read_text() == "half a fit"  # not deleted under us
+            return super().__call__(argv, log_path, env)
+
+    first = First()
+    assert sw.main([str(path), "--jobs", "1"], runner=first) == 0
+    assert inner == [1]  # the second could not finish one__seed=0: the first was running it
+    assert ("fit", "one__seed=0") not in second.calls and ("fit", "one__seed=1") in second.calls
+    assert [c for c in first.calls if c[1] != "_warmup"] == [("fit", "one__seed=0"), ("test", "one__seed=0")]
+    assert sorted(p.parent.name for p in (tmp_path / "out").glob("*/DONE")) == ["one__seed=0", "one__seed=1"]
+
+
 @pytest.mark.parametrize("report_dir", ["report", None])  # a report directory of its own, or ``out``
 def test_a_sweep_resumes_on_a_fresh_machine_from_the_runs_archived_with_its_report(
     tmp_path, monkeypatch, report_dir
