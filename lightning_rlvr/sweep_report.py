@@ -542,8 +542,10 @@ _COMPARISON_NOTE = (
 # ---------------------------------------------------------------------------- all of it
 def included_rows(axes: list[str], rows: list[dict], paths: Sequence[Path]) -> tuple[list[dict], list[str]]:
     """Rows of other sweeps' results.csv (``report.include``) for the cells this sweep lacks, and a
-    line per file saying what joined (or that it is missing)."""
+    line per file saying what joined. A row joins only if one of this sweep's runs on its seed began
+    from the same warm start (val pass@1 before RL); cells left out entirely are named."""
     own = {tuple(str(r[a]) for a in axes) for r in rows}
+    starts = {(str(r.get("seed", "")), float(r[START])) for r in rows if r.get(START) not in ("", None)}
     out, said = [], []
     for path in paths:
         if not path.is_file():
@@ -553,9 +555,19 @@ def included_rows(axes: list[str], rows: list[dict], paths: Sequence[Path]) -> t
         if not set(axes) <= set(columns):
             said.append(f"report.include: {path} lacks the axes {axes}; its cells are not compared.\n")
             continue
-        joined = [r for r in theirs if tuple(str(r[a]) for a in axes) not in own]
+        theirs = [r for r in theirs if tuple(str(r[a]) for a in axes) not in own]
+        joined = [
+            r
+            for r in theirs
+            if r.get(START) in ("", None) or (str(r.get("seed", "")), float(r[START])) in starts
+        ]
         cells = sorted({cell_label(axes, r) for r in joined})
-        said.append(f"Also compared with this baseline: {', '.join(cells) or 'no cell'}, from `{path}`.\n")
+        other = sorted({cell_label(axes, r) for r in theirs} - set(cells))
+        said.append(
+            f"Also compared with this baseline: {', '.join(cells) or 'no cell'}, from `{path}`"
+            + (f" (not {', '.join(other)}: another warm start on every seed)" if other else "")
+            + ".\n"
+        )
         out += joined
     return out, said
 
