@@ -458,7 +458,17 @@ def run(args: argparse.Namespace) -> dict:
     return {"rows": rows, "claims": claim_rows, "settings": settings, "out": out}
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point (``lightning-rlvr-credit-eval``): 0 once the tables are written.
+
+    It returns an exit status, not the results: the console wrapper passes main's value to
+    ``sys.exit``, which printed a returned dict to stderr and exited 1 after a good run."""
+    evaluate(argv)
+    return 0
+
+
+def evaluate(argv: list[str] | None = None) -> dict:
+    """Parse ``argv``, run the lab and return its rows, claims and settings (for notebooks and tests)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
     log.info("command: lightning-rlvr-credit-eval %s", shlex.join(sys.argv[1:] if argv is None else argv))
@@ -470,4 +480,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

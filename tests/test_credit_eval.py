@@ -180,7 +180,7 @@ def method_files_at_test_scale(tmp_path: Path) -> list[str]:
 
 def test_credit_eval_runs_every_method_on_the_same_rollouts_and_writes_the_table(tiny_ckpt, tmp_path):
     methods = method_files_at_test_scale(tmp_path)
-    out = ce.main(
+    out = ce.evaluate(
         ["--ckpt_path", str(tiny_ckpt), "--methods", *methods, "--prompts", "3", "--batch-prompts", "2"]
         + ["--group-size", "3", "--oracle-samples", "2", "--oracle-every", "4", "--bootstrap", "50"]
         + ["--out", str(tmp_path / "lab")]
@@ -266,3 +266,44 @@ def test_degenerate_groups_are_recorded_as_undefined_not_nan():
     table = ce.markdown(rows, [], {"x": 1}, d=1)
     assert "nan" not in table.lower() and "undefined (constant credit in every rollout)" in table
     assert "undefined (zero credit)" in table
+
+
+def test_every_console_script_exits_0_after_a_good_run(tiny_ckpt, tmp_path):
+    """The wrapper pip writes runs ``sys.exit(main())``: a main that returns data (credit-eval returned
+    its results dict) prints it and exits 1 after a good run, so scripts chaining it saw a failure."""
+    import re
+    import subprocess
+    import sys
+
+    section = (REPO / "pyproject.toml").read_text().split("[project.scripts]")[1].split("\n[")[0]
+    scripts = dict(re.findall(r'^([\w-]+) = "([\w.:]+)"', section, re.M))  # (tomllib needs Python 3.11)
+    assert "lightning-rlvr-credit-eval" in scripts and "lightning-rlvr" in scripts
+    wrapper = "import sys; from {mod} import {fn}; sys.exit({fn}(sys.argv[1:]))"
+    mod, fn = scripts["lightning-rlvr-credit-eval"].split(":")
+    args = [
+        "--ckpt_path",
+        str(tiny_ckpt),
+        "--methods",
+        str(REPO / "configs/method/grpo.yaml"),
+        "--prompts",
+        "2",
+    ]
+    args += [
+        "--group-size",
+        "2",
+        "--oracle-samples",
+        "1",
+        "--bootstrap",
+        "10",
+        "--out",
+        str(tmp_path / "lab"),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", wrapper.format(mod=mod, fn=fn), *args], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "{'rows'" not in done.stderr and (tmp_path / "lab" / "credit_eval.csv").is_file()
+    for name, target in scripts.items():  # the others: a main that returns an exit status or None
+        mod, fn = target.split(":")
+        hints = __import__(mod, fromlist=[fn]).__dict__[fn].__annotations__.get("return")
+        assert hints in ("int", "None", int, None), f"{name}: {target} returns {hints}"
