@@ -330,8 +330,10 @@ def load_module_and_methods(ckpt: str | Path, patterns: list[str]):
 
     A method of the checkpoint's own class also gets the checkpoint's credit state (baselines).
     """
+    from lightning_rlvr.cli import read_checkpoint
     from lightning_rlvr.module import RLVRModule
 
+    read_checkpoint(str(ckpt))  # a missing or damaged file: one RLVRError line, not a loader traceback
     module = RLVRModule.load_from_checkpoint(ckpt, map_location="cpu").eval()
     methods: dict[str, CreditAssigner] = {}
     for path in method_files(patterns):
@@ -370,4 +372,9 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    from lightning_rlvr.errors import RLVRError
+
+    try:
+        main()
+    except RLVRError as err:
+        raise SystemExit(f"credit_view: error: {err}") from None

@@ -307,3 +307,24 @@ def test_every_console_script_exits_0_after_a_good_run(tiny_ckpt, tmp_path):
         mod, fn = target.split(":")
         hints = __import__(mod, fromlist=[fn]).__dict__[fn].__annotations__.get("return")
         assert hints in ("int", "None", int, None), f"{name}: {target} returns {hints}"
+
+
+@pytest.mark.parametrize("damage", ["missing", "empty", "text"])
+def test_credit_eval_on_a_missing_or_damaged_checkpoint_says_so_in_one_line(tmp_path, capsys, damage):
+    ckpt = tmp_path / "last.ckpt"
+    if damage != "missing":
+        ckpt.write_text("" if damage == "empty" else "not a checkpoint")
+    with pytest.raises(SystemExit) as exit_info:
+        ce.main(
+            [
+                "--ckpt_path",
+                str(ckpt),
+                "--methods",
+                str(REPO / "configs/method/grpo.yaml"),
+                "--out",
+                str(tmp_path),
+            ]
+        )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1
+    assert err[0].startswith("lightning-rlvr-credit-eval: error: --ckpt_path") and str(ckpt) in err[0]
