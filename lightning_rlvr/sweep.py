@@ -250,6 +250,10 @@ def pending(sweep: Sweep, runs: Sequence[Run]) -> list[Run]:
     return sorted(todo, key=lambda r: seeds.index(r.seed))
 
 
+def lock_path(sweep: Sweep, run: Run) -> Path:
+    return sweep.out / ".locks" / f"{run.run_id}.lock"
+
+
 @contextlib.contextmanager
 def run_lock(sweep: Sweep, run: Run):
     """Hold an exclusive lock on ``run`` for this process (yields False if another process holds it).
@@ -257,7 +261,7 @@ def run_lock(sweep: Sweep, run: Run):
     Two sweep invocations on one output directory (a second terminal, a relaunch while the first still
     runs) would otherwise run the same run at once, and the second would delete the first's unfinished
     directory under it. The lock file lives beside the run directory, which a restart removes."""
-    path = sweep.out / ".locks" / f"{run.run_id}.lock"
+    path = lock_path(sweep, run)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
         try:
@@ -283,8 +287,7 @@ def execute_run(
     A run another process is running is left to it (status stage "busy")."""
     with run_lock(sweep, run) as mine:
         if not mine:
-            lock = sweep.out / ".locks" / f"{run.run_id}.lock"
-            return {"run_id": run.run_id, "ok": False, "stage": "busy", "log": str(lock)}
+            return {"run_id": run.run_id, "ok": False, "stage": "busy", "log": str(lock_path(sweep, run))}
         if is_done(sweep, run):  # the other process finished it while this one waited in the queue
             return {"run_id": run.run_id, "ok": True, **json.loads((run_dir(sweep, run) / DONE).read_text())}
         return _execute_run(sweep, run, env, runner)

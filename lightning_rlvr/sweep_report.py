@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lightning_rlvr.stats import paired_comparison, t_interval, t_quantile, time_to_reach  # noqa: F401
+from lightning_rlvr.sweep_curves import SMOOTH, plot_curves, write_curves_csv
 from lightning_rlvr.sweep_spec import (
     CREDIT_EVAL,
     DONE,
@@ -52,7 +53,6 @@ from lightning_rlvr.sweep_spec import (
 )
 
 TAIL = 10  # steps averaged for the final train reward
-SMOOTH = 5  # trailing moving average of the train-reward curve
 STEP_TIME_KEYS = ("time/rollout_s", "time/score_s", "time/credit_s", "time/update_s")  # one RL step
 # credit_eval.csv metrics (``lightning_rlvr.credit_eval.write_csv`` writes each as ``<name>_mean`` etc.)
 CREDIT_COLUMNS = ("spearman", "localisation", "sign")
@@ -271,7 +271,8 @@ def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSetti
             and "" not in (seeds[seed].get(START, ""), base[seed].get(START, ""))
             and float(seeds[seed][START]) != float(base[seed][START])
         ]
-        same = {s: r for s, r in seeds.items() if s not in {u[0] for u in unpaired}}
+        left_out = {seed for seed, _, _ in unpaired}
+        same = {s: r for s, r in seeds.items() if s not in left_out}
         for metric in settings.compare:
             x, y = _metric_by_seed(same, metric), _metric_by_seed(base, metric)
             if not (x or unpaired) or not y:
@@ -368,102 +369,6 @@ def cell_label(axes: list[str], row: dict) -> str:
     if len(axes) == 1:
         return str(row[axes[0]])
     return ", ".join(f"{a}={row[a]}" for a in axes)
-
-
-LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
-
-
-def curve_styles(labels: list[str], n_colors: int) -> dict[str, tuple[int, object]]:
-    """{label: (colour index, line style)}: distinct for up to n_colors x 5 single-axis cells, or for up
-    to n_colors values of the first axis with up to 5 cells each.
-
-    A multi-axis label ("method=shear, model.lr=0.001") takes its colour from its first axis's value
-    and its line style from its place among that value's cells, so a tuning sweep's lrs of one method
-    share a colour. Single-axis labels take colours in order, then the next style."""
-    groups: dict[str, list[str]] = {}
-    for label in labels:
-        groups.setdefault(label.partition(", ")[0], []).append(label)
-    if all(len(members) == 1 for members in groups.values()):
-        return {
-            label: (i % n_colors, LINE_STYLES[i // n_colors % len(LINE_STYLES)])
-            for i, label in enumerate(labels)
-        }
-    return {
-        label: (g % n_colors, LINE_STYLES[(j + g // n_colors) % len(LINE_STYLES)])
-        for g, members in enumerate(groups.values())
-        for j, label in enumerate(members)
-    }
-
-
-def plot_curves(curves: dict, path: Path, title: str) -> None:
-    """Write :func:`curves_figure` to ``path`` (PNG), the legend included."""
-    import matplotlib.pyplot as plt
-
-    fig = curves_figure(curves, title)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")  # the box includes the legend beside the panels
-    plt.close(fig)
-
-
-def curves_figure(curves: dict, title: str):
-    """Train reward and val pass@1 against step, one line per cell, 95% band over seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, panels = plt.subplots(1, 2, figsize=(12, 4.5))
-    names = {"train/reward_mean": f"train reward ({SMOOTH}-step moving average)", "val/pass@1": "val pass@1"}
-    colors = plt.get_cmap("tab10" if len(curves) <= 10 else "tab20")
-    styles = curve_styles(list(curves), colors.N)
-    for label, metrics in curves.items():
-        color, style = styles[label]
-        for ax, metric in zip(panels, names):
-            points = metrics.get(metric, [])
-            if not points:
-                continue
-            steps = [p[0] for p in points]
-            marker = "o" if metric == "val/pass@1" else None
-            ax.plot(
-                steps,
-                [p[1] for p in points],
-                color=colors(color),
-                linestyle=style,
-                label=label,
-                marker=marker,
-                markersize=3,
-            )
-            banded = [p for p in points if p[4] > 1]
-            if banded:
-                x, lo, hi = zip(*((p[0], p[2], p[3]) for p in banded))
-                ax.fill_between(x, lo, hi, color=colors(color), alpha=0.12, linewidth=0)
-    for ax, metric in zip(panels, names):
-        ax.set_xlabel("step")
-        ax.set_title(names[metric])
-        ax.grid(alpha=0.3)
-    # One legend beside the panels, not over the data (a tuning sweep has 20+ cells).
-    handles, labels = max((ax.get_legend_handles_labels() for ax in panels), key=lambda hl: len(hl[1]))
-    fig.legend(
-        handles,
-        labels,
-        fontsize=8,
-        loc="upper left",
-        bbox_to_anchor=(1.0, 0.93),
-        ncol=1 if len(labels) <= 20 else 2,
-    )
-    fig.suptitle(f"{title}: seed mean, band = 95% t-interval over seeds")
-    fig.tight_layout()
-    return fig
-
-
-def write_curves_csv(curves: dict, path: Path) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["cell", "metric", "step", "mean", "low", "high", "seeds"])
-        for label, metrics in curves.items():
-            for metric, points in metrics.items():
-                for step, mean, lo, hi, n in points:
-                    w.writerow([label, metric, step, *(f"{x:.6g}" for x in (mean, lo, hi)), n])
 
 
 def choose_values(axes: list[str], rows: list[dict], axis: str, by: str) -> list[dict]:

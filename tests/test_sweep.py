@@ -180,18 +180,23 @@ def test_nested_overrides_into_mappings_and_new_sections_are_merged():
 
 
 def test_sweep_modules_import_without_a_cycle():
-    """sweep -> sweep_report -> sweep_spec (and stats); sweep_spec and sweep_report never import sweep."""
+    """sweep -> sweep_report -> sweep_spec (and stats, and sweep_curves for its plots); sweep_spec,
+    sweep_report and sweep_curves never import sweep, and sweep_curves imports nothing of the project."""
     import ast
 
     root = REPO / "lightning_rlvr"
     imports = {}
-    for name in ("sweep", "sweep_report", "sweep_spec"):
+    for name in ("sweep", "sweep_report", "sweep_spec", "sweep_curves"):
         tree = ast.parse((root / f"{name}.py").read_text())
         mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imports[name] = {m.rsplit(".", 1)[-1] for m in mods if m.startswith("lightning_rlvr.")}
-    assert imports["sweep_spec"] == set()
-    assert imports["sweep_report"] == {"sweep_spec", "stats"}  # the statistics live in one place
+    assert imports["sweep_spec"] == set() and imports["sweep_curves"] == set()
+    assert imports["sweep_report"] == {
+        "sweep_spec",
+        "stats",
+        "sweep_curves",
+    }  # the statistics live in one place
     assert "sweep" not in imports["sweep_report"] | imports["sweep_spec"]
     from lightning_rlvr import sweep_report, sweep_spec
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from lightning_rlvr import sweep as sw
+from lightning_rlvr import sweep_curves as sc
 from lightning_rlvr import sweep_report as rep
 from lightning_rlvr.credit_eval import write_csv
 from lightning_rlvr.credit_metrics import Summary
@@ -320,7 +321,7 @@ def test_the_curves_legend_lists_every_cell_once_and_covers_no_panel(cells):
         }
         for i in range(cells)
     }
-    fig = rep.curves_figure(curves, "t")
+    fig = sc.curves_figure(curves, "t")
     fig.canvas.draw()
     (legend,) = fig.legends
     assert [t.get_text() for t in legend.get_texts()] == list(curves)
@@ -336,12 +337,12 @@ def test_the_curves_legend_lists_every_cell_once_and_covers_no_panel(cells):
 def test_curve_styles_stay_distinct_past_the_palette():
     # 13 methods x 5 lrs (a tuning sweep): one colour a method, one line style an lr
     grid = [f"method=m{m}, model.lr={lr}" for m in range(13) for lr in range(5)]
-    styles = rep.curve_styles(grid, 20)
+    styles = sc.curve_styles(grid, 20)
     assert len(set(styles.values())) == 65
     assert {styles[f"method=m3, model.lr={lr}"][0] for lr in range(5)} == {3}
     # one axis, 45 cells on a 20-colour palette: colours repeat, styles tell them apart
     single = [f"m{i}" for i in range(45)]
-    assert len(set(rep.curve_styles(single, 20).values())) == 45
+    assert len(set(sc.curve_styles(single, 20).values())) == 45
 
 
 def test_a_seed_pairs_only_when_both_runs_started_from_the_same_warm_start(tmp_path):
