@@ -22,28 +22,40 @@ of silently training from step 0.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
 import warnings
-import zipfile
 from argparse import ArgumentError
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from lightning_rlvr.checkpoints import (  # noqa: F401 - read_checkpoint etc. re-exported for older callers
+    AtomicCheckpointIO,
+    checkpoint_dirs,
+    claim_checkpoint_dir,
+    claim_log_version,
+    find_last_checkpoint,
+    loggers,
+    read_checkpoint,
+    resolve_ckpt_path,
+    warn,
+)
+from lightning_rlvr.core.files import write_text
+from lightning_rlvr.core.process import adopt_parent_from_env
 from lightning_rlvr.data import RLVRDataModule
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.module import RLVRModule
 
 ROOT = "${trainer.default_root_dir}"  # replaced by the run's trainer.default_root_dir
 DEFAULT_ROOT_DIR = "runs"
-_LAST = re.compile(r"^last(-v?\d+)?\.ckpt$")
+FIT_REPORT_ENV = "LIGHTNING_RLVR_FIT_REPORT"  # a fit writes {"ckpt_path": its last checkpoint} there
 
 
 class RLVRCLI(LightningCLI):
@@ -51,7 +63,15 @@ class RLVRCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults({"checkpoint.save_last": True, "checkpoint.every_n_train_steps": 25})
+        # no versioned names (last-v1.ckpt): a folder holds one run (claim_checkpoint_dir); last.ckpt is
+        # its newest state
+        parser.set_defaults(
+            {
+                "checkpoint.save_last": True,
+                "checkpoint.every_n_train_steps": 25,
+                "checkpoint.enable_version_counter": False,
+            }
+        )
         parser.set_defaults(
             {
                 "trainer.default_root_dir": DEFAULT_ROOT_DIR,
@@ -94,18 +114,93 @@ class RLVRCLI(LightningCLI):
             return
         if ckpt_path == "last":
             ckpt_path = find_last_checkpoint(config)
-            config["ckpt_path"] = ckpt_path
         elif ckpt_path in ("best", "hpc", "registry") or ckpt_path.startswith("registry:"):
             return  # Lightning's own names, resolved by the trainer
+        else:
+            ckpt_path = resolve_ckpt_path(ckpt_path)  # a folder of one run's checkpoints: its newest
+        config["ckpt_path"] = ckpt_path
         hparams = dict(read_checkpoint(ckpt_path).get("hyper_parameters") or {})
         hparams.pop("_instantiator", None)
         if not hparams:
             return
         if "_class_path" in hparams:
             hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
-        for path, value in _model_flags(getattr(self, "_argv", [])):  # the user's own flags win
+        flags = _model_flags(getattr(self, "_argv", []))
+        for path, value in flags:  # the user's own flags win
             _set_path(hparams, path, value)
+        _report_replaced_settings(getattr(self, "_argv", []), hparams, {tuple(p) for p, _ in flags})
         self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+
+    def before_instantiate_classes(self) -> None:
+        """Give this run folders of its own: a logger version taken atomically and, for ``fit``, the
+        checkpoint folder's lock (held until the process ends), refusing a folder another run writes."""
+        if not self.subcommand or int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0):
+            return  # a config-only CLI, or a rank other than 0 (rank 0 claims for all)
+        config = self.config[self.subcommand]
+        if self.subcommand == "fit":
+            claim_log_version(config)
+            claim_checkpoint_dir(checkpoint_dirs(config)[0], config.get("ckpt_path"))
+        else:
+            claim_log_version(config)
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
+        """The trainer, with atomic checkpoint writes unless a ``CheckpointIO`` plugin was given."""
+        from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
+
+        plugins = config.get("plugins")
+        if not isinstance(plugins, (list, tuple)):
+            plugins = [] if plugins is None else [plugins]
+        if not any(isinstance(p, CheckpointIO) for p in plugins):
+            config = {**config, "plugins": [*plugins, AtomicCheckpointIO()]}
+        return super()._instantiate_trainer(config, callbacks)
+
+    def after_fit(self) -> None:
+        """Tell a caller (the sweep) which checkpoint this fit ended with: it tests that one, by path."""
+        report = os.environ.get(FIT_REPORT_ENV)
+        callback = self.trainer.checkpoint_callback
+        if report and self.trainer.is_global_zero and callback is not None:
+            last = callback.last_model_path or callback.best_model_path
+            write_text(report, json.dumps({"ckpt_path": last, "global_step": self.trainer.global_step}))
+
+
+def _config_model_settings(argv: list[str]) -> dict[tuple[str, ...], Any]:
+    """The leaf settings under ``model:`` in the ``--config`` files of a command line (later files win)."""
+    out: dict[tuple[str, ...], Any] = {}
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(value, (*path, str(key)))
+        else:
+            out[path] = node
+
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if arg in ("--config", "-c") and i + 1 < len(argv) else None
+        value = arg.split("=", 1)[1] if arg.startswith("--config=") else value
+        if value and Path(value).is_file():
+            data = yaml.safe_load(Path(value).read_text()) or {}
+            if isinstance(data, dict) and isinstance(data.get("model"), dict):
+                walk(data["model"], ())
+    return out
+
+
+def _report_replaced_settings(argv: list[str], hparams: dict, flagged: set[tuple[str, ...]]) -> None:
+    """One warning line naming the ``--config`` model settings the checkpoint's settings replace."""
+    replaced = []
+    for path, value in _config_model_settings(argv).items():
+        node: Any = hparams
+        for key in path:
+            node = node.get(key, _MISSING) if isinstance(node, dict) else _MISSING
+        if path not in flagged and node is not _MISSING and node != value:
+            replaced.append(f"model.{'.'.join(path)} ({value!r} -> {node!r})")
+    if replaced:
+        warn(
+            f"--ckpt_path: the checkpoint's model settings replace the --config's {', '.join(replaced)}; "
+            "pass --model.KEY VALUE on the command line to override the checkpoint"
+        )
+
+
+_MISSING = object()
 
 
 def _model_flags(argv: list[str]) -> list[tuple[list[str], Any]]:
@@ -134,85 +229,16 @@ def _set_path(tree: dict, path: list[str], value: Any) -> None:
     tree[path[-1]] = value
 
 
-def _loggers(trainer_config: Any) -> list[Any]:
-    """The logger configs (``class_path`` + ``init_args``) of a trainer config."""
-    logger = trainer_config.get("logger")
-    items = logger if isinstance(logger, list) else [logger]
-    return [item for item in items if hasattr(item, "get") and item.get("init_args") is not None]
-
-
 def resolve_output_paths(config: Any) -> None:
     """Replace ``${trainer.default_root_dir}`` in logger ``save_dir`` and ``checkpoint.dirpath``."""
     root = str(config.get("trainer.default_root_dir") or ".")
-    for logger in _loggers(config["trainer"]):
+    for logger in loggers(config["trainer"]):
         save_dir = logger["init_args"].get("save_dir")
         if isinstance(save_dir, str):
             logger["init_args"]["save_dir"] = save_dir.replace(ROOT, root)
     dirpath = config.get("checkpoint.dirpath")
     if isinstance(dirpath, str):
         config["checkpoint.dirpath"] = dirpath.replace(ROOT, root)
-
-
-def checkpoint_dirs(config: Any) -> list[Path]:
-    """Where this run's checkpoints are: ``checkpoint.dirpath``, else every version folder of the logger."""
-    dirpath = config.get("checkpoint.dirpath")
-    if dirpath:
-        return [Path(dirpath)]
-    loggers = _loggers(config["trainer"])
-    if not loggers or config.get("trainer.logger") is False:
-        return [Path(str(config.get("trainer.default_root_dir") or ".")) / "checkpoints"]
-    args = loggers[0]["init_args"]
-    run_dir = Path(str(args.get("save_dir") or ".")) / str(args.get("name") or "")
-    return sorted(run_dir.glob("version_*/checkpoints"))
-
-
-def find_last_checkpoint(config: Any) -> str:
-    """The newest ``last*.ckpt`` of this run (see ``checkpoint_dirs``), or an ``RLVRError``."""
-    dirs = checkpoint_dirs(config)
-    found = [p for d in dirs if d.is_dir() for p in d.iterdir() if _LAST.match(p.name) and p.is_file()]
-    if not found:
-        where = ", ".join(str(d) for d in dirs) or _run_dir_hint(config)
-        raise RLVRError(
-            f"--ckpt_path last: no last.ckpt in {where}; nothing to resume. Give the same "
-            "--trainer.default_root_dir / logger name / --checkpoint.dirpath as the run to resume, "
-            "a checkpoint file, or no --ckpt_path to start fresh"
-        )
-    return str(max(found, key=lambda p: (p.stat().st_mtime, p.name)))
-
-
-def _run_dir_hint(config: Any) -> str:
-    loggers = _loggers(config["trainer"])
-    if not loggers:
-        return "the checkpoint directory"
-    args = loggers[0]["init_args"]
-    return str(Path(str(args.get("save_dir") or ".")) / str(args.get("name") or "") / "version_*/checkpoints")
-
-
-def read_checkpoint(path: str) -> dict:
-    """Load a checkpoint's dict (memory-mapped, CPU), or raise an ``RLVRError`` that says what is wrong."""
-    file = Path(path)
-    if not file.is_file():
-        raise RLVRError(f"--ckpt_path {path}: no such file")
-    if file.stat().st_size == 0:
-        raise RLVRError(
-            f"--ckpt_path {path}: the file is empty (an interrupted save?); pick another checkpoint"
-        )
-    if not zipfile.is_zipfile(file):  # torch.save writes a zip archive; a cut-off one has no end record
-        raise RLVRError(
-            f"--ckpt_path {path}: not a checkpoint file (truncated, or another kind of file); "
-            "pick a .ckpt written by lightning-rlvr fit"
-        )
-    try:
-        ckpt = torch.load(file, weights_only=True, map_location="cpu", mmap=True)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
-        raise RLVRError(
-            f"--ckpt_path {path}: not a readable checkpoint (truncated or another kind of file: {reason}); "
-            "pick a .ckpt written by lightning-rlvr fit"
-        ) from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise RLVRError(f"--ckpt_path {path}: not a Lightning checkpoint (no state_dict)")
-    return ckpt
 
 
 def check_config_files(args: list[str]) -> None:
@@ -243,6 +269,7 @@ def check_config_files(args: list[str]) -> None:
 
 def main(args: list[str] | None = None) -> None:
     """Console entry point (``lightning-rlvr``); ``export ...`` runs ``lightning_rlvr.export``."""
+    adopt_parent_from_env()  # started by a sweep (or any parent that asked): die with it
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] == ["export"]:
         from lightning_rlvr.export import main as export_main
@@ -258,6 +285,10 @@ def run(args: list[str] | None = None) -> RLVRCLI:
     # Lightning warns that manual-optimisation checkpoints hold post-step weights: that is what resume needs.
     warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
     warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
+    # claim_checkpoint_dir has checked the folder: a resumed run's own files are expected there
+    warnings.filterwarnings("ignore", message=".*Checkpoint directory .* exists and is not empty.*")
+    # the claimed version folder holds this run's checkpoint lock; no earlier log is in it
+    warnings.filterwarnings("ignore", message=".*Experiment logs directory .* exists and is not empty.*")
     try:
         check_config_files(sys.argv[1:] if args is None else list(args))
         return RLVRCLI(

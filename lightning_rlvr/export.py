@@ -29,7 +29,7 @@ ADAPTER_DIR = "adapter"
 
 def load_module(ckpt_path: str):
     """The ``RLVRModule`` of a checkpoint, on CPU in eval mode (LoRA adapters restored)."""
-    from lightning_rlvr.cli import read_checkpoint
+    from lightning_rlvr.checkpoints import read_checkpoint
     from lightning_rlvr.module import RLVRModule
 
     read_checkpoint(ckpt_path)  # one clear error for a missing, truncated or foreign file

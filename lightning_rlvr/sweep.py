@@ -4,8 +4,14 @@ A sweep file (``sweeps/*.yaml``, parsed and expanded by ``sweep_spec``) gives a
 grid of runs; each run is two ``lightning-rlvr`` subprocesses:
 
 1. ``fit`` with its own logger, checkpoint and root directory ``<out>/<run_id>/``;
-2. ``test --ckpt_path <out>/<run_id>/checkpoints/last.ckpt``, whose metrics are
+2. ``test --ckpt_path <the checkpoint the fit reports>`` (``<out>/<run_id>/checkpoints/last.ckpt``;
+   the fit writes its path to ``fit.json``, so no file is picked by name), whose metrics are
    copied to ``<out>/<run_id>/test_metrics.json``.
+
+Each run's lock (``<out>/.locks/<run_id>.lock``) is held by the runner *and* by the ``lightning-rlvr``
+processes it starts (they inherit the locked file), and those processes die with the runner
+(``core.process``): a killed sweep leaves no writer behind, and a rerun never deletes or writes
+a run folder while any process of an earlier invocation still holds its lock.
 
 Only after both succeed is ``<out>/<run_id>/DONE`` written, so an interrupted
 sweep resumes where it stopped: finished runs are skipped (also on another machine:
@@ -47,6 +53,8 @@ from typing import Any
 
 import yaml
 
+from lightning_rlvr.core.files import write_text
+from lightning_rlvr.core.process import child_env, locked
 from lightning_rlvr.sweep_archive import archive_run, restore_runs
 from lightning_rlvr.sweep_report import write_report
 from lightning_rlvr.sweep_spec import (  # noqa: F401 - re-exported: the sweep API in one place
@@ -79,6 +87,11 @@ WARM_START_KEYS = (
     "model.engine",
     "model.prompt_format",
 )
+
+FIT_REPORT_ENV = "LIGHTNING_RLVR_FIT_REPORT"  # as in cli.py (not imported: the sweep imports no trainer)
+FIT_REPORT = "fit.json"  # {"ckpt_path": the fit's last checkpoint, "global_step": ...}
+LOCK_FD_ENV = "LIGHTNING_RLVR_RUN_LOCK_FD"  # the run lock's descriptor, passed on to the run's processes
+LOCK_WAIT_S = 10.0  # a rerun right after a kill waits this long for the killed run's processes to end
 
 # Runs ``lightning-rlvr <argv>``: (argv, log file, variables to set) -> exit code. Tests pass a fake one.
 CommandRunner = Callable[[list[str], Path, dict[str, str]], int]
@@ -128,10 +141,10 @@ def fit_command(sweep: Sweep, run: Run) -> list[str]:
     ]
 
 
-def test_command(sweep: Sweep, run: Run) -> list[str]:
-    """``test`` of the run's last checkpoint (the model, task and method come from it)."""
+def test_command(sweep: Sweep, run: Run, ckpt_path: str | None = None) -> list[str]:
+    """``test`` of ``ckpt_path``, the checkpoint the run's fit reported (by default, where it will be)."""
     d = run_dir(sweep, run)
-    ckpt = ["--ckpt_path", str(d / "checkpoints" / "last.ckpt")]
+    ckpt = ["--ckpt_path", ckpt_path or str(d / "checkpoints" / "last.ckpt")]
     return ["test", *ckpt, *_override_args(sweep.test_overrides), *_output_args(d, "test")]
 
 
@@ -219,14 +232,19 @@ def shell_line(argv: list[str], env: dict[str, str] | None = None) -> str:
 
 # ---------------------------------------------------------------------------- execution
 def subprocess_runner(argv: list[str], log_path: Path, env: dict[str, str]) -> int:
-    """Run ``lightning-rlvr <argv>`` in this interpreter, stdout and stderr to ``log_path``."""
+    """Run ``lightning-rlvr <argv>`` in this interpreter, stdout and stderr to ``log_path``.
+
+    The child dies with this process (``child_env``), and holds the run lock too when ``env`` names its
+    descriptor (``LOCK_FD_ENV``)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    lock_fd = env.get(LOCK_FD_ENV)
     with open(log_path, "w") as f:
         f.write(shell_line(argv) + "\n")
         f.flush()
         cmd = [sys.executable, "-m", "lightning_rlvr.cli", *argv]
-        full_env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **env}
-        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=full_env).returncode
+        full_env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **env, **child_env()}
+        fds = (int(lock_fd),) if lock_fd else ()
+        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=full_env, pass_fds=fds).returncode
 
 
 def read_test_metrics(directory: Path) -> dict[str, float]:
@@ -256,28 +274,15 @@ def lock_path(sweep: Sweep, run: Run) -> Path:
 
 @contextlib.contextmanager
 def run_lock(sweep: Sweep, run: Run):
-    """Hold an exclusive lock on ``run`` for this process (yields False if another process holds it).
+    """Hold an exclusive lock on ``run`` (yields the locked file, or None if another process holds it).
 
     Two sweep invocations on one output directory (a second terminal, a relaunch while the first still
     runs) would otherwise run the same run at once, and the second would delete the first's unfinished
-    directory under it. The lock file lives beside the run directory, which a restart removes."""
-    path = lock_path(sweep, run)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        try:
-            import fcntl
-
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:  # no fcntl (Windows): no lock, as before
-            pass
-        except OSError:
-            yield False
-            return
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")
-        f.flush()
-        yield True  # closing the file releases the lock, also when the process dies
+    directory under it. The lock file lives beside the run directory, which a restart removes. The
+    run's own processes inherit the locked file (``LOCK_FD_ENV``), so the lock is free only once every
+    writer of the run has ended; a rerun waits ``LOCK_WAIT_S`` for a killed run's processes to go."""
+    with locked(lock_path(sweep, run), LOCK_WAIT_S) as f:
+        yield f
 
 
 def execute_run(
@@ -285,12 +290,12 @@ def execute_run(
 ) -> dict:
     """Fit (unless a previous fit finished), test, then mark the run done; returns its status.
     A run another process is running is left to it (status stage "busy")."""
-    with run_lock(sweep, run) as mine:
-        if not mine:
+    with run_lock(sweep, run) as lock:
+        if lock is None:
             return {"run_id": run.run_id, "ok": False, "stage": "busy", "log": str(lock_path(sweep, run))}
         if is_done(sweep, run):  # the other process finished it while this one waited in the queue
             return {"run_id": run.run_id, "ok": True, **json.loads((run_dir(sweep, run) / DONE).read_text())}
-        return _execute_run(sweep, run, env, runner)
+        return _execute_run(sweep, run, {**env, LOCK_FD_ENV: str(lock.fileno())}, runner)
 
 
 def _execute_run(sweep: Sweep, run: Run, env: dict[str, str], runner: CommandRunner) -> dict:
@@ -302,24 +307,36 @@ def _execute_run(sweep: Sweep, run: Run, env: dict[str, str], runner: CommandRun
         if d.exists():  # an interrupted fit restarts from nothing (same seed, same result), and a run
             shutil.rmtree(d)  # done with other overrides than the sweep file's now is run again
         d.mkdir(parents=True)
-        (d / SPEC).write_text(json.dumps(run_spec(run), indent=1))
-        code = runner(fit_command(sweep, run), d / "fit.log", env)
-        if code != 0 or not (d / "checkpoints" / "last.ckpt").is_file():
+        write_text(d / SPEC, json.dumps(run_spec(run), indent=1))
+        code = runner(fit_command(sweep, run), d / "fit.log", {**env, FIT_REPORT_ENV: str(d / FIT_REPORT)})
+        ckpt = _reported_checkpoint(d)
+        if code != 0 or ckpt is None:
             return {**status, "stage": "fit", "code": code, "log": str(d / "fit.log")}
-        (d / FIT_DONE).write_text(json.dumps({"fit_s": round(time.time() - t0, 1)}))
+        write_text(d / FIT_DONE, json.dumps({"fit_s": round(time.time() - t0, 1), "ckpt_path": ckpt}))
     t1 = time.time()
     if (d / "logs" / "test").exists():
         shutil.rmtree(d / "logs" / "test")
-    code = runner(test_command(sweep, run), d / "test.log", env)
+    ckpt = json.loads((d / FIT_DONE).read_text()).get("ckpt_path")
+    code = runner(test_command(sweep, run, ckpt), d / "test.log", env)
     metrics = read_test_metrics(d) if code == 0 else {}
     if code != 0 or not metrics:
         return {**status, "stage": "test", "code": code, "log": str(d / "test.log")}
-    (d / TEST_METRICS).write_text(json.dumps(metrics, indent=1, sort_keys=True))
+    write_text(d / TEST_METRICS, json.dumps(metrics, indent=1, sort_keys=True))
     fit_s = json.loads((d / FIT_DONE).read_text()).get("fit_s")
     done = {"fit_s": fit_s, "test_s": round(time.time() - t1, 1), "seed": run.seed, "cell": dict(run.cell)}
-    (d / DONE).write_text(json.dumps(done, indent=1))
+    write_text(d / DONE, json.dumps(done, indent=1))
     archive_run(sweep, run)  # the report's inputs, kept next to the report so another machine resumes
     return {**status, "ok": True, **done}
+
+
+def _reported_checkpoint(d: Path) -> str | None:
+    """The checkpoint the fit in run folder ``d`` reported (``fit.json``), if it is a file of that run."""
+    try:
+        ckpt = Path(json.loads((d / FIT_REPORT).read_text())["ckpt_path"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    inside = ckpt.resolve().is_relative_to((d / "checkpoints").resolve())
+    return str(ckpt) if inside and ckpt.is_file() else None
 
 
 def run_warmups(

@@ -20,6 +20,8 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from lightning_rlvr.core.files import atomic_dir, write_bytes
+from lightning_rlvr.core.process import LOCK_NAME, is_locked
 from lightning_rlvr.sweep_spec import CREDIT_EVAL, DONE, FIT_DONE, SPEC, TEST_METRICS, Run, Sweep, run_dir
 
 ARCHIVE = "runs"  # under the sweep's report_dir
@@ -38,17 +40,16 @@ def _kept_files(directory: Path) -> list[Path]:
 
 
 def _copy(src: Path, dst: Path, files: Iterable[Path]) -> None:
-    for rel in files:
-        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / rel, dst / rel)
+    for rel in files:  # each file whole (atomic), DONE last
+        write_bytes(dst / rel, (src / rel).read_bytes())
 
 
 def archive_run(sweep: Sweep, run: Run) -> Path:
-    """Copy a done run's report files to ``<report_dir>/runs/<run_id>/`` (replacing an older copy)."""
+    """Copy a done run's report files to ``<report_dir>/runs/<run_id>/``, replacing an older copy in one
+    rename (a killed archive leaves the old copy or the new one)."""
     src, dst = run_dir(sweep, run), archive_dir(sweep, run)
-    if dst.exists():
-        shutil.rmtree(dst)
-    _copy(src, dst, _kept_files(src))
+    with atomic_dir(dst) as tmp:
+        _copy(src, tmp, _kept_files(src))
     return dst
 
 
@@ -62,6 +63,8 @@ def restore_runs(sweep: Sweep, runs: Iterable[Run]) -> list[str]:
     for run in runs:
         src, dst = archive_dir(sweep, run), run_dir(sweep, run)
         if not (src / DONE).is_file() or (dst / DONE).is_file():
+            continue
+        if is_locked(dst / "checkpoints" / LOCK_NAME):  # a fit of another invocation still writes it
             continue
         if dst.exists():
             shutil.rmtree(dst)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from lightning_rlvr.core.files import atomic_file
+
 SMOOTH = 5  # trailing moving average of the train-reward curve
 
 
@@ -44,8 +46,8 @@ def plot_curves(curves: dict, path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig = curves_figure(curves, title)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")  # the box includes the legend beside the panels
+    with atomic_file(path, "wb") as f:  # the box includes the legend beside the panels
+        fig.savefig(f, format=path.suffix.lstrip(".") or "png", dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -101,7 +103,7 @@ def curves_figure(curves: dict, title: str):
 
 
 def write_curves_csv(curves: dict, path: Path) -> None:
-    with open(path, "w", newline="") as f:
+    with atomic_file(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["cell", "metric", "step", "mean", "low", "high", "seeds"])
         for label, metrics in curves.items():

@@ -38,6 +38,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from lightning_rlvr.core.files import atomic_file, write_text
 from lightning_rlvr.stats import paired_comparison, t_interval, t_quantile, time_to_reach  # noqa: F401
 from lightning_rlvr.sweep_curves import SMOOTH, plot_curves, write_curves_csv
 from lightning_rlvr.sweep_spec import (
@@ -154,8 +155,7 @@ def write_results_csv(rows: list[dict], path: Path) -> None:
     columns: list[str] = []
     for row in rows:
         columns += [k for k in row if k not in columns]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
+    with atomic_file(path, "w", newline="") as f:  # a killed report leaves the previous results.csv
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
@@ -484,7 +484,7 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out / "results.csv", out / "results.md"
     if not rows:
-        md_path.write_text(f"# Sweep `{sweep.name}`\n\nNo run has finished yet ({len(runs)} planned).\n")
+        write_text(md_path, f"# Sweep `{sweep.name}`\n\nNo run has finished yet ({len(runs)} planned).\n")
         return [md_path]
     write_results_csv(rows, csv_path)
     axes = [axis_label(k) for k in sweep.grid if k != sweep.seed_key]
@@ -521,7 +521,7 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
     if settings.choose:
         text.append(choice_text(axes, rows, settings.choose, settings.choose_by))
     text.append("![learning curves](curves.png)\n")
-    md_path.write_text("\n".join(text))
+    write_text(md_path, "\n".join(text))
     curves = cell_curves(axes, rows, sweep.out)
     write_curves_csv(curves, out / "curves.csv")
     plot_curves(curves, out / "curves.png", sweep.name)
