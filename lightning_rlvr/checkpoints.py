@@ -238,8 +238,16 @@ def claim_checkpoint_dir(directory: Path, ckpt_path: str | None) -> None:
             "--ckpt_path last, give this run its own folder (--checkpoint.dirpath DIR or "
             f"--trainer.default_root_dir DIR), or delete {directory}"
         )
+    for stale in directory.glob(".*.ckpt.*.tmp"):  # a killed writer's temporary: the lock says none is alive
+        stale.unlink(missing_ok=True)
     lock.seek(0)
     lock.truncate()
     lock.write(f"{os.getpid()}\n")
     lock.flush()
     _held.append(lock)
+
+
+def release_claims() -> None:
+    """Release the folders this process claimed (its run has ended; process exit does the same)."""
+    while _held:
+        _held.pop().close()

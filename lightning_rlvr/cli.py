@@ -44,6 +44,7 @@ from lightning_rlvr.checkpoints import (  # noqa: F401 - read_checkpoint etc. re
     find_last_checkpoint,
     loggers,
     read_checkpoint,
+    release_claims,
     resolve_ckpt_path,
     warn,
 )
@@ -306,6 +307,8 @@ def run(args: list[str] | None = None) -> RLVRCLI:
             raise
         sys.stderr.write(f"lightning-rlvr: error: {message}\n")
         raise SystemExit(2) from None
+    finally:
+        release_claims()  # run in-process (tests, notebooks): the next run may claim the folder
 
 
 def user_error_message(err: BaseException) -> str | None:

@@ -59,6 +59,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lightning_rlvr.core.process import die_with_parent_source
 from lightning_rlvr.errors import RLVRError
 
 log = logging.getLogger(__name__)
@@ -303,9 +304,10 @@ def _run(payload: dict, limits: SandboxLimits) -> SandboxResult:
                 "RLIMIT_CORE": (0, 0),
             },
         }
-        proc = subprocess.Popen(
-            [python, "-I", "-c", _HARNESS], cwd="/", env={}, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+        proc = subprocess.Popen(  # the harness dies with this process; its init and worker die with it
+            [python, "-I", "-c", die_with_parent_source(os.getpid()) + _HARNESS], cwd="/", env={},
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            close_fds=True,
         )  # fmt: skip
         try:
             # the config, then (read by the harness only after it forked the worker) the tests
