@@ -19,6 +19,7 @@ credit lab import it).
 from __future__ import annotations
 
 import errno
+import io
 import os
 import re
 import sys
@@ -46,9 +47,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         if storage_options is not None or "://" in str(path):  # remote storage: Lightning's own writer
             return super().save_checkpoint(checkpoint, path, storage_options)
+        buffer = io.BytesIO()  # serialised first (as Lightning does): a failed write is a plain OSError
+        torch.save(checkpoint, buffer)
         try:
             with atomic_file(path, "wb") as f:
-                torch.save(checkpoint, f)
+                f.write(buffer.getbuffer())
         except OSError as err:
             if err.errno not in _FULL_DISK:
                 raise

@@ -78,6 +78,7 @@ from lightning_rlvr.sweep_spec import (  # noqa: F401 - re-exported: the sweep A
 log = logging.getLogger("lightning_rlvr.sweep")
 
 PROGRAM = "lightning-rlvr"  # how commands are printed; they run as ``python -m lightning_rlvr.cli``
+CLI_MODULE = "lightning_rlvr.cli"  # what ``subprocess_runner`` runs (the fault tests put a stand-in here)
 # what the warm start depends on (it samples through the engine, on formatted prompts)
 WARM_START_KEYS = (
     "model.policy",
@@ -241,7 +242,7 @@ def subprocess_runner(argv: list[str], log_path: Path, env: dict[str, str]) -> i
     with open(log_path, "w") as f:
         f.write(shell_line(argv) + "\n")
         f.flush()
-        cmd = [sys.executable, "-m", "lightning_rlvr.cli", *argv]
+        cmd = [sys.executable, "-m", CLI_MODULE, *argv]
         full_env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **env, **child_env()}
         fds = (int(lock_fd),) if lock_fd else ()
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=full_env, pass_fds=fds).returncode
