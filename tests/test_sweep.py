@@ -191,8 +191,8 @@ def test_sweep_modules_import_without_a_cycle():
         tree = ast.parse((root / f"{name}.py").read_text())
         mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        project = {m for m in mods if m.startswith("lightning_rlvr.") and not m.startswith("lightning_rlvr.core.")}
-        imports[name] = {m.rsplit(".", 1)[-1] for m in project}
+        ours = {m for m in mods if m.startswith("lightning_rlvr.")}
+        imports[name] = {m.rsplit(".", 1)[-1] for m in ours if not m.startswith("lightning_rlvr.core.")}
     assert imports["sweep_spec"] == set() and imports["sweep_curves"] == set()
     assert imports["sweep_report"] == {
         "sweep_spec",
