@@ -49,14 +49,13 @@ from lightning_rlvr.checkpoints import (  # noqa: F401 - read_checkpoint etc. re
     warn,
 )
 from lightning_rlvr.core.files import write_text
-from lightning_rlvr.core.process import adopt_parent_from_env
+from lightning_rlvr.core.process import FIT_REPORT_ENV, adopt_parent_from_env
 from lightning_rlvr.data import RLVRDataModule
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.module import RLVRModule
 
 ROOT = "${trainer.default_root_dir}"  # replaced by the run's trainer.default_root_dir
 DEFAULT_ROOT_DIR = "runs"
-FIT_REPORT_ENV = "LIGHTNING_RLVR_FIT_REPORT"  # a fit writes {"ckpt_path": its last checkpoint} there
 
 
 class RLVRCLI(LightningCLI):
@@ -159,7 +158,7 @@ class RLVRCLI(LightningCLI):
         """Tell a caller (the sweep) which checkpoint this fit ended with: it tests that one, by path."""
         report = os.environ.get(FIT_REPORT_ENV)
         callback = self.trainer.checkpoint_callback
-        if report and self.trainer.is_global_zero and callback is not None:
+        if report and self.trainer.is_global_zero and callback is not None and not self.trainer.interrupted:
             last = callback.last_model_path or callback.best_model_path
             write_text(report, json.dumps({"ckpt_path": last, "global_step": self.trainer.global_step}))
 

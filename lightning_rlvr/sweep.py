@@ -54,7 +54,7 @@ from typing import Any
 import yaml
 
 from lightning_rlvr.core.files import write_text
-from lightning_rlvr.core.process import child_env, locked
+from lightning_rlvr.core.process import FIT_REPORT_ENV, child_env, locked
 from lightning_rlvr.sweep_archive import archive_run, restore_runs
 from lightning_rlvr.sweep_report import write_report
 from lightning_rlvr.sweep_spec import (  # noqa: F401 - re-exported: the sweep API in one place
@@ -89,7 +89,6 @@ WARM_START_KEYS = (
     "model.prompt_format",
 )
 
-FIT_REPORT_ENV = "LIGHTNING_RLVR_FIT_REPORT"  # as in cli.py (not imported: the sweep imports no trainer)
 FIT_REPORT = "fit.json"  # {"ckpt_path": the fit's last checkpoint, "global_step": ...}
 LOCK_FD_ENV = "LIGHTNING_RLVR_RUN_LOCK_FD"  # the run lock's descriptor, passed on to the run's processes
 LOCK_WAIT_S = 10.0  # a rerun right after a kill waits this long for the killed run's processes to end

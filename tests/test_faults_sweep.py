@@ -53,10 +53,10 @@ def _core(name: str):  # pragma: no cover - runs in the sweep's children
 
 
 def _fake_cli(argv: list[str]) -> None:  # pragma: no cover - runs in the sweep's children
-    write_text, adopt_parent_from_env = _core("files").write_text, _core("process").adopt_parent_from_env
+    write_text, process = _core("files").write_text, _core("process")
 
     if not os.environ.get("FAULT_ESCAPES"):  # else: a writer that outlives its parent (no PDEATHSIG)
-        adopt_parent_from_env()  # as lightning_rlvr.cli.main does
+        process.adopt_parent_from_env()  # as lightning_rlvr.cli.main does
     args = dict(zip(argv[1::2], argv[2::2]))
     root = Path(args["--trainer.default_root_dir"])
     if argv[0] == "fit":
@@ -68,7 +68,7 @@ def _fake_cli(argv: list[str]) -> None:  # pragma: no cover - runs in the sweep'
             write_text(ckpt, f"{os.getpid()} {step}")
             with open(root / "writes", "a") as f:  # every write, by whom (appended by path: a write
                 f.write(f"{os.getpid()} {step}\n")  # into a recreated folder shows up here)
-        write_text(os.environ["LIGHTNING_RLVR_FIT_REPORT"], json.dumps({"ckpt_path": str(ckpt)}))
+        write_text(os.environ[process.FIT_REPORT_ENV], json.dumps({"ckpt_path": str(ckpt)}))
     else:
         content = Path(args["--ckpt_path"]).read_text()
         write_text(root / "tested.txt", content)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO
 
 PARENT_ENV = "LIGHTNING_RLVR_PARENT_PID"
+FIT_REPORT_ENV = "LIGHTNING_RLVR_FIT_REPORT"  # a fit writes {"ckpt_path": its last checkpoint} to this file
 LOCK_NAME = ".lock"  # in a folder a process writes (a checkpoint folder): held by that writer
 _PR_SET_PDEATHSIG = 1
 
