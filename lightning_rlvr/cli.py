@@ -49,7 +49,7 @@ from lightning_rlvr.checkpoints import (  # noqa: F401 - read_checkpoint etc. re
     warn,
 )
 from lightning_rlvr.core.files import write_text
-from lightning_rlvr.core.process import FIT_REPORT_ENV, adopt_parent_from_env
+from lightning_rlvr.core.process import FIT_REPORT_ENV, adopt_parent_from_env, die_with_parent
 from lightning_rlvr.data import RLVRDataModule
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.module import RLVRModule
@@ -270,6 +270,8 @@ def check_config_files(args: list[str]) -> None:
 def main(args: list[str] | None = None) -> None:
     """Console entry point (``lightning-rlvr``); ``export ...`` runs ``lightning_rlvr.export``."""
     adopt_parent_from_env()  # started by a sweep (or any parent that asked): die with it
+    if "LOCAL_RANK" in os.environ:  # a rank started by a launcher (Lightning's, torchrun): die with it
+        die_with_parent(os.getppid())
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] == ["export"]:
         from lightning_rlvr.export import main as export_main
