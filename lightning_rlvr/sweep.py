@@ -71,6 +71,7 @@ from lightning_rlvr.sweep_spec import (  # noqa: F401 - re-exported: the sweep A
     expand,
     is_finished,
     load_sweep,
+    lock_path,
     run_dir,
     run_spec,
 )
@@ -266,10 +267,6 @@ def pending(sweep: Sweep, runs: Sequence[Run]) -> list[Run]:
     todo = [r for r in runs if not is_done(sweep, r)]
     seeds = list(dict.fromkeys(r.seed for r in todo))
     return sorted(todo, key=lambda r: seeds.index(r.seed))
-
-
-def lock_path(sweep: Sweep, run: Run) -> Path:
-    return sweep.out / ".locks" / f"{run.run_id}.lock"
 
 
 @contextlib.contextmanager

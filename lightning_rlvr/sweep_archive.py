@@ -22,7 +22,17 @@ from pathlib import Path
 
 from lightning_rlvr.core.files import atomic_dir, write_bytes
 from lightning_rlvr.core.process import LOCK_NAME, is_locked
-from lightning_rlvr.sweep_spec import CREDIT_EVAL, DONE, FIT_DONE, SPEC, TEST_METRICS, Run, Sweep, run_dir
+from lightning_rlvr.sweep_spec import (
+    CREDIT_EVAL,
+    DONE,
+    FIT_DONE,
+    SPEC,
+    TEST_METRICS,
+    Run,
+    Sweep,
+    lock_path,
+    run_dir,
+)
 
 ARCHIVE = "runs"  # under the sweep's report_dir
 MARKERS = (SPEC, FIT_DONE, TEST_METRICS, CREDIT_EVAL)  # DONE is copied last: a half-copied run is not done
@@ -64,8 +74,8 @@ def restore_runs(sweep: Sweep, runs: Iterable[Run]) -> list[str]:
         src, dst = archive_dir(sweep, run), run_dir(sweep, run)
         if not (src / DONE).is_file() or (dst / DONE).is_file():
             continue
-        if is_locked(dst / "checkpoints" / LOCK_NAME):  # a fit of another invocation still writes it
-            continue
+        if is_locked(lock_path(sweep, run)) or is_locked(dst / "checkpoints" / LOCK_NAME):
+            continue  # another invocation is running it: never delete a folder a live process holds
         if dst.exists():
             shutil.rmtree(dst)
         _copy(src, dst, _kept_files(src))

@@ -118,6 +118,11 @@ def run_dir(sweep: Sweep, run: Run) -> Path:
     return sweep.out / run.run_id
 
 
+def lock_path(sweep: Sweep, run: Run) -> Path:
+    """The run's lock, held by whatever runs it (beside the run directory, which a restart removes)."""
+    return sweep.out / ".locks" / f"{run.run_id}.lock"
+
+
 def run_spec(run: Run) -> dict:
     """What a run is: its config files and overrides, as they read back from ``SPEC``."""
     return json.loads(json.dumps({"configs": list(run.configs), "overrides": run.overrides}, default=str))

@@ -161,3 +161,28 @@ def test_the_trainer_cli_dies_with_its_parent_and_frees_its_checkpoint_folder(tm
 
 if __name__ == "__main__":
     _fake_cli(sys.argv[1:])
+
+
+def test_restoring_archived_runs_never_deletes_a_run_folder_a_live_process_holds(tmp_path, monkeypatch):
+    from lightning_rlvr import sweep as sw
+    from lightning_rlvr.core.process import locked
+    from lightning_rlvr.sweep_archive import archive_dir
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.yaml").write_text("model: {lr: 1.0e-4}\n")
+    (tmp_path / "s.yaml").write_text("out: out\ngrid:\n  config: [m.yaml]\n  seed_everything: [0]\n")
+    sweep = sw.load_sweep("s.yaml")
+    (run,) = sw.expand(sweep)
+    archived = archive_dir(sweep, run)
+    archived.mkdir(parents=True)
+    (archived / sw.DONE).write_text("{}")  # finished on another machine
+    partial = sw.run_dir(sweep, run) / "partial.txt"
+    partial.parent.mkdir(parents=True)
+    partial.write_text("a fit in progress")
+    for held in (sw.lock_path(sweep, run), partial.parent / "checkpoints" / ".lock"):
+        with locked(held) as f:
+            assert f is not None
+            assert sw.restore_runs(sweep, [run]) == []
+            assert partial.read_text() == "a fit in progress"
+    assert sw.restore_runs(sweep, [run]) == [run.run_id]  # nobody holds it: the archived run replaces it
+    assert not partial.exists() and (sw.run_dir(sweep, run) / sw.DONE).is_file()
