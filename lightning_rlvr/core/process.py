@@ -52,17 +52,6 @@ def die_with_parent(parent: int | None = None) -> bool:
     return True
 
 
-def die_with_parent_source(parent: int) -> str:
-    """``die_with_parent(parent)`` as Python source to run first in a ``python -c`` child (one that imports
-    nothing of the package: the sandbox harness)."""
-    return (
-        "import ctypes as _c, os as _o, signal as _s\n"
-        "try:\n    _c.CDLL(None).prctl(1, int(_s.SIGKILL), 0, 0, 0)\n"
-        "except (OSError, AttributeError):\n    pass\n"
-        f"if _o.getppid() != {int(parent)}:\n    _o.kill(_o.getpid(), _s.SIGKILL)\ndel _c, _o, _s\n"
-    )
-
-
 def child_env() -> dict[str, str]:
     """Variables for a ``python`` child that should die with this process (see ``adopt_parent_from_env``)."""
     return {PARENT_ENV: str(os.getpid())}

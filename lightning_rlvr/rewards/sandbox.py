@@ -59,7 +59,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lightning_rlvr.core.process import die_with_parent_source
 from lightning_rlvr.errors import RLVRError
 
 log = logging.getLogger(__name__)
@@ -71,6 +70,7 @@ _ISOLATION_EXIT = 112  # init's exit status when it cannot mount a private /proc
 
 # The trusted harness's source: a standalone script that shares no code with the package.
 _HARNESS = (Path(__file__).parent / "sandbox_harness.py").read_text()
+_DIES_WITH = "import ctypes, os\nctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\nos.getppid() == {} or os._exit(1)\n"
 
 
 @dataclass
@@ -304,10 +304,10 @@ def _run(payload: dict, limits: SandboxLimits) -> SandboxResult:
                 "RLIMIT_CORE": (0, 0),
             },
         }
-        proc = subprocess.Popen(  # the harness dies with this process; its init and worker die with it
-            [python, "-I", "-c", die_with_parent_source(os.getpid()) + _HARNESS], cwd="/", env={},
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            close_fds=True,
+        harness = _DIES_WITH.format(os.getpid()) + _HARNESS  # PR_SET_PDEATHSIG: dies with us, init with it
+        proc = subprocess.Popen(
+            [python, "-I", "-c", harness], cwd="/", env={}, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
         )  # fmt: skip
         try:
             # the config, then (read by the harness only after it forked the worker) the tests
