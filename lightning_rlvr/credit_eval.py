@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from lightning_rlvr.core.rng import seeded
 from lightning_rlvr.credit_metrics import (
     Summary,
     localisation,
@@ -385,7 +386,6 @@ def run(args: argparse.Namespace) -> dict:
         max_segments=64,
         scale_by_std=False,
     )
-    torch.manual_seed(args.seed)
     records: dict[str, Records] = {}
     claims = {
         "shear": Claim(
@@ -402,19 +402,22 @@ def run(args: argparse.Namespace) -> dict:
     problems = [module.task.problem(args.split, i) for i in range(args.prompts)]
     n_correct = n_rows = n_known = n_failed = 0
     oracle_tokens = 0
-    for b in range(0, len(problems), args.batch_prompts):
-        batch = problems[b : b + args.batch_prompts]
-        with torch.no_grad():
-            rollout = module.rollout(batch, G)
-        module.verify(rollout)
+    starts = range(0, len(problems), args.batch_prompts)
+    rollouts = {}  # every rollout first, each batch from its own seed: fixed by the seed alone
+    for b in starts:
+        with seeded(args.seed, "rollout", b), torch.no_grad():
+            rollouts[b] = module.rollout(problems[b : b + args.batch_prompts], G)
+            module.verify(rollouts[b])
+    for b in starts:
+        batch, rollout = problems[b : b + args.batch_prompts], rollouts[b]
         make = lambda r=rollout: Scorer(
             module.model, r, module.tokenizer, module.micro_batch_size, sampler=EngineSampler.of(module)
         )
         oracle_scorer = make()
-        with torch.no_grad():
+        with seeded(args.seed, "oracle", b), torch.no_grad():
             truth = oracle.assign(rollout, oracle_scorer).advantages  # [N, T] raw MC segment advantages
         oracle_tokens += oracle_scorer.forward_tokens
-        grpo, views = assign_all(methods, rollout, make)
+        grpo, views = assign_all(methods, rollout, make, key=(args.seed, "method", b))
         errors = first_error_tokens(module.task, rollout, module.tokenizer)
         record_batch(records, views, truth, errors, rollout, b, args.window)
         record_claims(claims, views, errors, rollout, grpo, b, args.window)

@@ -31,6 +31,7 @@ import html
 import logging
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,7 @@ import torch
 import yaml
 from torch import Tensor
 
+from lightning_rlvr.core.rng import seeded
 from lightning_rlvr.credit.base import Credit, CreditAssigner
 from lightning_rlvr.objectives import group_advantages
 from lightning_rlvr.rollout import Rollout
@@ -130,24 +132,30 @@ class MethodView:
 
 
 def assign_all(
-    methods: dict[str, CreditAssigner], rollout: Rollout, scorer: Scorer | Callable[[], Scorer]
+    methods: dict[str, CreditAssigner],
+    rollout: Rollout,
+    scorer: Scorer | Callable[[], Scorer],
+    key: tuple | None = None,
 ) -> tuple[Tensor, list[MethodView]]:
     """Run every method on the same rollout: (GRPO advantages [N], one view per method).
 
     ``scorer`` is one shared ``Scorer`` or a factory giving each method a fresh one (then each
-    method's cost includes its own policy pass).
+    method's cost includes its own policy pass). With ``key`` each method draws from the global RNG
+    seeded by ``(*key, its name)`` alone (``core.rng.seeded``), so its credit does not depend on which
+    methods ran before it.
     """
     grpo = group_advantages(rollout.rewards, rollout.group, scale=True)
     views = []
     for name, credit in methods.items():
         sc = scorer() if callable(scorer) and not isinstance(scorer, Scorer) else scorer
         tokens, generated = sc.forward_tokens, sc.generated_tokens
-        start = time.perf_counter()
-        with torch.no_grad():
-            out = credit.assign(rollout, sc)
-        seconds = time.perf_counter() - start
-        tokens, generated = sc.forward_tokens - tokens, sc.generated_tokens - generated
-        adv, loss = method_credit(out, rollout, sc)
+        with seeded(*key, name) if key is not None else nullcontext():
+            start = time.perf_counter()
+            with torch.no_grad():
+                out = credit.assign(rollout, sc)
+            seconds = time.perf_counter() - start
+            tokens, generated = sc.forward_tokens - tokens, sc.generated_tokens - generated
+            adv, loss = method_credit(out, rollout, sc)
         extra = loss is not None
         views.append(
             MethodView(
@@ -355,13 +363,13 @@ def main(argv: list[str] | None = None) -> Path:
     G = args.group_size or max(module.group_size, 2)
     if args.temperature is not None:
         module.sampling["temperature"] = args.temperature
-    torch.manual_seed(args.seed)
-    rollout = module.rollout([problem], G)
-    module.verify(rollout)
+    with seeded(args.seed, "rollout", args.prompt_index), torch.no_grad():
+        rollout = module.rollout([problem], G)
+        module.verify(rollout)
     scorer = Scorer(
         module.model, rollout, module.tokenizer, module.micro_batch_size, sampler=EngineSampler.of(module)
     )
-    grpo, views = assign_all(methods, rollout, scorer)
+    grpo, views = assign_all(methods, rollout, scorer, key=(args.seed, "method", args.prompt_index))
     title = f"Credit view: {Path(args.ckpt).name}, {args.split} prompt {args.prompt_index}, G = {G}"
     note = f"checkpoint {args.ckpt} (its method: {type(module.credit).__name__}); sampling seed {args.seed}"
     out = Path(args.out)

@@ -328,3 +328,32 @@ def test_credit_eval_on_a_missing_or_damaged_checkpoint_says_so_in_one_line(tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and len(err) == 1
     assert err[0].startswith("lightning-rlvr-credit-eval: error: --ckpt_path") and str(ckpt) in err[0]
+
+
+# ---------------------------------------------------------------------------- independence of the method list
+def _lab_rows(ckpt, tmp_path, methods: list[str], tag: str) -> dict[str, dict]:
+    files = [str(REPO / "configs" / "method" / f"{m}.yaml") for m in methods]
+    out = ce.evaluate(
+        ["--ckpt_path", str(ckpt), "--methods", *files, "--prompts", "4", "--batch-prompts", "2"]
+        + ["--group-size", "3", "--oracle-samples", "2", "--oracle-every", "3", "--bootstrap", "50"]
+        + ["--out", str(tmp_path / tag)]
+    )
+    drop = ("seconds_per_group",)  # wall time is the one column allowed to differ
+    return {r["method"]: {k: v for k, v in r.items() if k not in drop} for r in out["rows"]}
+
+
+def test_a_methods_row_is_the_same_alone_or_beside_any_other_methods(tiny_ckpt, tmp_path):
+    """Every rollout, oracle draw and method draw is fixed by the seed alone: later batches used to be
+    sampled after earlier batches' methods had drawn from the global stream, so a method's row (and
+    KTAE's count of scored rollouts) moved with the method list."""
+    import random
+
+    pool = ["mc", "sc_grpo", "ktae", "shear", "top_entropy", "hsd", "grpo"]
+    both = _lab_rows(tiny_ckpt, tmp_path, pool, "all")
+    pick = random.Random(30)
+    for k, name in enumerate(["mc", "sc_grpo", "ktae"]):
+        alone = _lab_rows(tiny_ckpt, tmp_path, [name], f"alone{k}")
+        assert alone[name] == both[name], name
+        others = pick.sample([m for m in pool if m != name], 2)
+        mixed = _lab_rows(tiny_ckpt, tmp_path, [*others, name], f"mixed{k}")
+        assert mixed[name] == both[name], (name, others)
