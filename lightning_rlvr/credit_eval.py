@@ -80,7 +80,15 @@ def char_to_token(tokenizer, ids: list[int], offset: int) -> int | None:
 
 
 def first_error_tokens(task, rollout, tokenizer) -> list[int | None]:
-    """Per row: the token of the first error of a failed completion, None for correct rows or unknown."""
+    """Per row: the token of the first error of a failed completion, None for correct rows or unknown.
+
+    Episodes (a policy mask: actions between observations) have no character-level derivation: their
+    first error is the first token of the first action after which the game can no longer be won
+    within its turn limit (``envs.first_error``)."""
+    if getattr(rollout, "policy_mask", None) is not None and hasattr(task, "reset"):
+        from lightning_rlvr.envs.first_error import episode_first_errors
+
+        return episode_first_errors(task, rollout, tokenizer)
     out: list[int | None] = []
     for i in range(rollout.num_rows):
         if bool(rollout.correct[i]):
