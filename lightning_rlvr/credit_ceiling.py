@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
 from pathlib import Path
 
@@ -34,6 +35,8 @@ from torch import Tensor
 from lightning_rlvr.core.files import write_bytes, write_text
 from lightning_rlvr.core.rng import seeded
 from lightning_rlvr.credit_metrics import Summary, is_constant, spearman, summarise
+
+log = logging.getLogger(__name__)
 
 
 def oracle(samples: int, every: int):
@@ -116,6 +119,7 @@ def curve(rollouts: dict, make_for, samples: list[int], every: int, seed: int, n
                     groups.append(b + int(rollout.group[i]))
         s = summarise(values, groups, n_boot, seed)
         rows.append({"M": m, "reliability": s})
+        log.info("oracle ceiling: M = %d, reliability %s", m, s.cell(3))
     if rows and rows[0]["reliability"].mean is not None:
         r0, m0 = rows[0]["reliability"].mean, rows[0]["M"]
         for row in rows:
