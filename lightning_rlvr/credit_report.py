@@ -19,6 +19,7 @@ from pathlib import Path
 from lightning_rlvr.core.files import write_bytes, write_text
 from lightning_rlvr.credit_metrics import Summary
 
+EMPTY = Summary(None, None, None, 0, 0)
 KEYS = ("spearman", "share", "ranked", "localisation", "uniform", "sign", "coverage")
 
 
@@ -37,11 +38,11 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     for row in rows:
         out = {"method": row["method"], "class": row["class"]}
         notes = []
-        for key in KEYS:
-            s: Summary = row[key]
+        for key in KEYS:  # a row without a column (an older caller's) leaves its cells empty
+            s: Summary = row.get(key) or EMPTY
             out.update({f"{key}_mean": _fmt(s.mean), f"{key}_low": _fmt(s.low), f"{key}_high": _fmt(s.high),
                         f"{key}_n": s.n, f"{key}_total": s.n_total})  # fmt: skip
-        if row["ranked"].mean == 0:
+        if (row.get("ranked") or EMPTY).mean == 0:
             notes.append("constant credit in every rollout (Spearman counted 0)")
         out["tokens_per_group"] = f"{row['tokens_per_group']:.1f}"
         out["seconds_per_group"] = f"{row['seconds_per_group']:.4f}"
