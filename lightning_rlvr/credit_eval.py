@@ -297,10 +297,8 @@ def run(args: argparse.Namespace) -> dict:
     rel, root = top["reliability"], top["ceiling"]
     reference = {
         "oracle reliability (two independent halves, Spearman-Brown)": _triple(rel),
-        "oracle ceiling sqrt(reliability): the true credit would score about this": _triple(
-            root
-        ),
-        "uniform share at the first error": _triple((uniform.mean, None, None)),
+        "oracle ceiling sqrt(reliability): the true credit would score about this": _triple(root),
+        "uniform share at the first error": uniform.cell(),
         "outcome-sign baseline (GRPO's one credit per rollout), sign agreement": outcome.cell(),
     }
     settings = {
