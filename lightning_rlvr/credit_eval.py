@@ -202,8 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--oracle-samples",
         type=int,
-        default=8,
-        help="M: continuations per cut of the MC oracle, drawn as two independent halves (default 8)",
+        default=16,  # docs/credit_lab.md: reliability 0.29 at M = 8, 0.55 at 16, 0.55 at 32
+        help="M: continuations per cut of the MC oracle, drawn as two independent halves (default 16)",
     )
     p.add_argument("--oracle-every", type=int, default=4, help="the MC oracle cuts every this many tokens")
     p.add_argument(
