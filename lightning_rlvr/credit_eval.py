@@ -31,7 +31,6 @@ Writes credit_eval.csv, credit_eval.md (the table + claims) and credit_eval.png.
 from __future__ import annotations
 
 import argparse
-import csv
 import logging
 import shlex
 import sys
@@ -42,14 +41,20 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from lightning_rlvr.core.files import write_text
+from lightning_rlvr.core.rng import seeded
+from lightning_rlvr.credit_ceiling import agreement, ceiling, curve, share, split_oracle, write_curve
+from lightning_rlvr.credit_claims import new_claims, record_claims
 from lightning_rlvr.credit_metrics import (
     Summary,
+    coverage,
+    is_constant,
     localisation,
-    mean_before_after,
     sign_agreement,
-    spearman,
+    spearman_or_zero,
     summarise,
 )
+from lightning_rlvr.credit_report import markdown, plot, write_claims, write_csv
 from lightning_rlvr.credit_view import DEFAULT_METHODS, assign_all, load_module_and_methods
 from lightning_rlvr.errors import RLVRError
 
@@ -75,7 +80,15 @@ def char_to_token(tokenizer, ids: list[int], offset: int) -> int | None:
 
 
 def first_error_tokens(task, rollout, tokenizer) -> list[int | None]:
-    """Per row: the token of the first error of a failed completion, None for correct rows or unknown."""
+    """Per row: the token of the first error of a failed completion, None for correct rows or unknown.
+
+    Episodes (a policy mask: actions between observations) have no character-level derivation: their
+    first error is the first token of the first action after which the game can no longer be won
+    within its turn limit (``envs.first_error``)."""
+    if getattr(rollout, "policy_mask", None) is not None and hasattr(task, "reset"):
+        from lightning_rlvr.envs.first_error import episode_first_errors
+
+        return episode_first_errors(task, rollout, tokenizer)
     out: list[int | None] = []
     for i in range(rollout.num_rows):
         if bool(rollout.correct[i]):
@@ -94,8 +107,10 @@ class Records:
     """Per-rollout values of one method (None where undefined) with each value's group."""
 
     cls: str = ""
-    spearman: list = field(default_factory=list)
+    spearman: list = field(default_factory=list)  # constant credit = 0; None where the oracle is constant
+    ranked: list = field(default_factory=list)  # 1 where the credit varies (on the same rollouts), else 0
     sign: list = field(default_factory=list)
+    coverage: list = field(default_factory=list)
     loc: list = field(default_factory=list)
     loc_uniform: list = field(default_factory=list)
     groups: list = field(default_factory=list)  # for spearman / sign (every rollout)
@@ -124,8 +139,11 @@ def record_batch(
                 continue
             g = group_offset + int(rollout.group[i])
             w, o = v.advantages[i, :L], oracle[i, :L]
-            rec.spearman.append(spearman(w, o))
+            rho = spearman_or_zero(w, o)
+            rec.spearman.append(rho)
+            rec.ranked.append(None if rho is None else float(not is_constant(w)))
             rec.sign.append(sign_agreement(w, o))
+            rec.coverage.append(coverage(w, o))
             rec.groups.append(g)
             if errors[i] is not None:
                 share, uniform = localisation(w, errors[i], d)
@@ -134,200 +152,28 @@ def record_batch(
                 rec.loc_groups.append(g)
 
 
-# ---------------------------------------------------------------------------- paper claims
-@dataclass
-class Claim:
-    name: str
-    statement: str
-    per_group: dict[int, list[float]] = field(default_factory=dict)  # group -> per-rollout margins
-
-    def add(self, group: int, margin: float) -> None:
-        self.per_group.setdefault(group, []).append(margin)
-
-    def summary(self) -> dict:
-        groups = [sum(m) / len(m) > 0 for m in self.per_group.values()]
-        rollouts = [x > 0 for m in self.per_group.values() for x in m]
-        return {
-            "claim": self.name,
-            "groups": len(groups),
-            "groups_holding": sum(groups),
-            "frac_groups": sum(groups) / len(groups) if groups else None,
-            "rollouts": len(rollouts),
-            "frac_rollouts": sum(rollouts) / len(rollouts) if rollouts else None,
-            "statement": self.statement,
-        }
-
-
-def record_claims(
-    claims: dict[str, Claim], views, errors, rollout, grpo: Tensor, group_offset: int, d: int
-) -> None:
-    """SHEAR: mean token weight (span distance / mean hidden norm) after the first error minus before.
-    SHEAR control: the same on the group's CORRECT rollouts, cut at the median first error of the
-    group's failed ones (a rollout with no error: a margin there means position, not divergence).
-    HSD: share of the distillation loss within +-d tokens of the first error minus the uniform share."""
-    lengths = rollout.lengths.tolist()
-    group_errors: dict[int, list[int]] = {}
-    for i, e in enumerate(errors):
-        if e is not None:
-            group_errors.setdefault(int(rollout.group[i]), []).append(e)
-    for v in views:
-        for i, L in enumerate(lengths):
-            e = errors[i]
-            g = group_offset + int(rollout.group[i])
-            mixed = abs(float(grpo[i])) > 0  # the opposite side exists
-            if v.cls == "SHEARCredit" and mixed and e is None and bool(rollout.correct[i]):
-                peers = sorted(group_errors.get(int(rollout.group[i]), []))
-                split = mean_before_after(v.weights[i, :L], peers[len(peers) // 2]) if peers else None
-                if split is not None:
-                    claims["shear_control"].add(g, split[1] - split[0])
-            if e is None:
-                continue
-            if v.cls == "SHEARCredit" and mixed:
-                split = mean_before_after(v.weights[i, :L], e)
-                if split is not None:
-                    claims["shear"].add(g, split[1] - split[0])
-            if v.token_loss is not None and v.cls == "HSDCredit":
-                loss = v.token_loss[i, :L]
-                if float(loss.abs().max()) > 0:  # the row was distilled
-                    share, uniform = localisation(loss, e, d)
-                    claims["hsd"].add(g, share - uniform)
-
-
 # ---------------------------------------------------------------------------- outputs
-def summaries(records: dict[str, Records], n_groups: int, n_boot: int, seed: int) -> list[dict]:
+def summaries(records: dict[str, Records], n_groups: int, n_boot: int, seed: int, top=None) -> list[dict]:
+    """One row a method: each metric's ``Summary``; ``share`` is Spearman over the ceiling ``top``."""
     rows = []
     for name, r in records.items():
+        sp = summarise(r.spearman, r.groups, n_boot, seed)
         rows.append(
             {
                 "method": name,
                 "class": r.cls,
-                "spearman": summarise(r.spearman, r.groups, n_boot, seed),
+                "spearman": sp,
+                "share": Summary(*(share(x, top) for x in (sp.mean, sp.low, sp.high)), sp.n, sp.n_total),
+                "ranked": summarise(r.ranked, r.groups, n_boot, seed),
                 "localisation": summarise(r.loc, r.loc_groups, n_boot, seed),
                 "uniform": summarise(r.loc_uniform, r.loc_groups, n_boot, seed),
                 "sign": summarise(r.sign, r.groups, n_boot, seed),
+                "coverage": summarise(r.coverage, r.groups, n_boot, seed),
                 "tokens_per_group": r.tokens / max(n_groups, 1),
                 "seconds_per_group": r.seconds / max(n_groups, 1),
             }
         )
     return rows
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    fields = ["method", "class"]
-    for key in ("spearman", "localisation", "uniform", "sign"):
-        fields += [f"{key}_mean", f"{key}_low", f"{key}_high", f"{key}_n", f"{key}_total"]
-    fields += ["tokens_per_group", "seconds_per_group", "notes"]
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        for row in rows:
-            out = {"method": row["method"], "class": row["class"]}
-            notes = []
-            for key in ("spearman", "localisation", "uniform", "sign"):
-                s: Summary = row[key]
-                fmt = lambda x: "" if x is None else f"{x:.6g}"
-                out.update(
-                    {
-                        f"{key}_mean": fmt(s.mean),
-                        f"{key}_low": fmt(s.low),
-                        f"{key}_high": fmt(s.high),
-                        f"{key}_n": s.n,
-                        f"{key}_total": s.n_total,
-                    }
-                )
-                if s.mean is None and s.n_total:
-                    notes.append(f"{key} undefined on all {s.n_total} rollouts")
-            out["tokens_per_group"] = f"{row['tokens_per_group']:.1f}"
-            out["seconds_per_group"] = f"{row['seconds_per_group']:.4f}"
-            out["notes"] = "; ".join(notes)
-            writer.writerow(out)
-
-
-def undefined_cell(s: Summary, what: str) -> str:
-    return f"undefined ({what})" if s.n_total else "no rollouts"
-
-
-def markdown(rows: list[dict], claims: list[dict], settings: dict, d: int) -> str:
-    head = (
-        f"| method | Spearman vs MC | localisation (+-{d} tok) | uniform share | sign agreement | "
-        "tokens / group | s / group |\n|---|---|---|---|---|---:|---:|\n"
-    )
-    lines = []
-    for r in rows:
-        sp = r["spearman"]
-        sp_cell = (
-            sp.cell() + f" (n={sp.n}/{sp.n_total})"
-            if sp.mean is not None
-            else undefined_cell(sp, "constant credit in every rollout")
-        )
-        loc = r["localisation"]
-        loc_cell = (
-            loc.cell()
-            if loc.mean is not None
-            else undefined_cell(loc, "no failed rollout with a known error")
-        )
-        uni = r["uniform"].cell() if r["uniform"].mean is not None else "-"
-        sign = r["sign"]
-        sign_cell = sign.cell() if sign.mean is not None else undefined_cell(sign, "zero credit")
-        lines.append(
-            f"| {r['method']} | {sp_cell} | {loc_cell} | {uni} | {sign_cell} | "
-            f"{r['tokens_per_group']:.0f} | {r['seconds_per_group']:.3f} |"
-        )
-    out = [head + "\n".join(lines), ""]
-    out.append("Paper claims on the same rollouts (a group holds when its mean margin over its qualifying ")
-    out.append("failed rollouts is > 0):\n")
-    out.append(
-        "| claim | groups | holds in | share of groups | share of rollouts |\n|---|---:|---:|---:|---:|"
-    )
-    for c in claims:
-        fg = "-" if c["frac_groups"] is None else f"{c['frac_groups']:.2f}"
-        fr = "-" if c["frac_rollouts"] is None else f"{c['frac_rollouts']:.2f}"
-        out.append(
-            f"| {c['claim']}: {c['statement']} | {c['groups']} | {c['groups_holding']} | {fg} | {fr} |"
-        )
-    out.append("")
-    out.append("Settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()))
-    return "\n".join(out) + "\n"
-
-
-def plot(path: Path, rows: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [r["method"] for r in rows]
-    panels = [
-        ("spearman", "Spearman vs MC oracle"),
-        ("localisation", "localisation share"),
-        ("sign", "sign agreement"),
-    ]
-    fig, axes = plt.subplots(1, 4, figsize=(4.2 * 4, 3.6 + 0.1 * len(names)))
-    for ax, (key, title) in zip(axes, panels):
-        for k, r in enumerate(rows):
-            s: Summary = r[key]
-            if s.mean is None:
-                ax.text(0, k, " undefined", va="center", fontsize=8, color="#666")
-                continue
-            err = None if s.low is None else [[s.mean - s.low], [s.high - s.mean]]
-            ax.barh(k, s.mean, xerr=err, color="#3b75af", capsize=3)
-        if key == "localisation":
-            uni = [r["uniform"].mean for r in rows if r["uniform"].mean is not None]
-            if uni:
-                ax.axvline(sum(uni) / len(uni), color="#c44", ls="--", label="uniform")
-                ax.legend(fontsize=8)
-        ax.axvline(0, color="k", lw=0.5)
-        ax.set_title(title, fontsize=10)
-        ax.set_yticks(range(len(names)), names if ax is axes[0] else [""] * len(names))
-        ax.invert_yaxis()
-    ax = axes[3]
-    ax.barh(range(len(rows)), [r["tokens_per_group"] for r in rows], color="#888")
-    ax.set_title("extra forward tokens / group", fontsize=10)
-    ax.set_yticks(range(len(names)), [""] * len(names))
-    ax.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -354,7 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group-size", type=int, default=None, help="G (default: the checkpoint's, at least 2)")
     p.add_argument("--batch-prompts", type=int, default=16, help="prompts sampled and scored together")
     p.add_argument(
-        "--oracle-samples", type=int, default=8, help="continuations per cut of the MC oracle (default 8)"
+        "--oracle-samples",
+        type=int,
+        default=16,  # docs/credit_lab.md: reliability 0.29 at M = 8, 0.55 at 16, 0.55 at 32
+        help="M: continuations per cut of the MC oracle, drawn as two independent halves (default 16)",
     )
     p.add_argument("--oracle-every", type=int, default=4, help="the MC oracle cuts every this many tokens")
     p.add_argument(
@@ -363,61 +212,73 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of groups")
     p.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed")
     p.add_argument("--out", default="credit_eval", help="output directory (default ./credit_eval)")
+    p.add_argument(
+        "--ceiling-curve",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="M",
+        help="also measure the oracle's reliability at each M (e.g. 4 8 16 32) on --ceiling-prompts prompts",
+    )
+    p.add_argument("--ceiling-prompts", type=int, default=8, help="prompts for --ceiling-curve (default 8)")
     return p
 
 
 def run(args: argparse.Namespace) -> dict:
     from lightning_rlvr.continuations import EngineSampler
-    from lightning_rlvr.credit.mc import MonteCarloCredit
     from lightning_rlvr.scoring import Scorer
 
-    if args.prompts < 1 or args.batch_prompts < 1 or args.oracle_samples < 1 or args.oracle_every < 1:
-        raise RLVRError("--prompts, --batch-prompts, --oracle-samples and --oracle-every must be >= 1")
+    if (
+        min(args.prompts, args.batch_prompts, args.oracle_samples, args.oracle_every, args.ceiling_prompts)
+        < 1
+    ):
+        raise RLVRError(
+            "--prompts, --batch-prompts, --oracle-samples, --oracle-every, --ceiling-prompts must be >= 1"
+        )
+    if args.ceiling_curve is not None and min(args.ceiling_curve) < 1:
+        raise RLVRError("--ceiling-curve: every M must be >= 1")
     start = time.perf_counter()
     module, methods = load_module_and_methods(args.ckpt_path, args.methods)
     G = args.group_size or max(module.group_size, 2)
     if G < 2:
         raise RLVRError("--group-size must be >= 2: the lab compares rollouts within a group")
-    oracle = MonteCarloCredit(
-        num_samples=args.oracle_samples,
-        segment="tokens",
-        every=args.oracle_every,
-        max_segments=64,
-        scale_by_std=False,
-    )
-    torch.manual_seed(args.seed)
     records: dict[str, Records] = {}
-    claims = {
-        "shear": Claim(
-            "SHEAR", "span distance to the opposite group larger after the first error than before"
-        ),
-        "shear_control": Claim(
-            "SHEAR control",
-            "the same on correct rollouts, cut at the median first error of their failed peers",
-        ),
-        "hsd": Claim(
-            "HSD", "distillation signal concentrated within +-d tokens of the first error (vs uniform)"
-        ),
-    }
+    claims = new_claims()
     problems = [module.task.problem(args.split, i) for i in range(args.prompts)]
     n_correct = n_rows = n_known = n_failed = 0
     oracle_tokens = 0
-    for b in range(0, len(problems), args.batch_prompts):
-        batch = problems[b : b + args.batch_prompts]
-        with torch.no_grad():
-            rollout = module.rollout(batch, G)
-        module.verify(rollout)
-        make = lambda r=rollout: Scorer(
-            module.model, r, module.tokenizer, module.micro_batch_size, sampler=EngineSampler.of(module)
+    half_r, half_g, outcome_sign, outcome_g = [], [], [], []
+    starts = range(0, len(problems), args.batch_prompts)
+    rollouts = {}  # every rollout first, each batch from its own seed: fixed by the seed alone
+    for b in starts:
+        with seeded(args.seed, "rollout", b), torch.no_grad():
+            rollouts[b] = module.rollout(problems[b : b + args.batch_prompts], G)
+            module.verify(rollouts[b])
+
+    def make_for(rollout):
+        return lambda: Scorer(
+            module.model, rollout, module.tokenizer, module.micro_batch_size, sampler=EngineSampler.of(module)
         )
-        oracle_scorer = make()
-        with torch.no_grad():
-            truth = oracle.assign(rollout, oracle_scorer).advantages  # [N, T] raw MC segment advantages
-        oracle_tokens += oracle_scorer.forward_tokens
-        grpo, views = assign_all(methods, rollout, make)
+
+    for b in starts:
+        batch, rollout = problems[b : b + args.batch_prompts], rollouts[b]
+        make = make_for(rollout)
+        truth, half_a, half_b, tokens = split_oracle(
+            rollout, make, args.oracle_samples, args.oracle_every, (args.seed, "oracle", b)
+        )  # [N, T] raw MC segment advantages, and its two independent halves
+        oracle_tokens += tokens
+        grpo, views = assign_all(methods, rollout, make, key=(args.seed, "method", b))
         errors = first_error_tokens(module.task, rollout, module.tokenizer)
         record_batch(records, views, truth, errors, rollout, b, args.window)
         record_claims(claims, views, errors, rollout, grpo, b, args.window)
+        for i, L in enumerate(rollout.lengths.tolist()):
+            if L >= 1:
+                g = b + int(rollout.group[i])
+                outcome_sign.append(sign_agreement(grpo[i].expand(L), truth[i, :L]))
+                outcome_g.append(g)
+                if half_a is not None:
+                    half_r.append(agreement(half_a[i, :L], half_b[i, :L], truth[i, :L]))
+                    half_g.append(g)
         n_rows += rollout.num_rows
         n_correct += int(rollout.correct.sum())
         n_failed += int((~rollout.correct).sum())
@@ -428,8 +289,18 @@ def run(args: argparse.Namespace) -> dict:
             len(problems),
             time.perf_counter() - start,
         )
-    rows = summaries(records, len(problems), args.bootstrap, args.seed)
+    top = ceiling(summarise(half_r, half_g, args.bootstrap, args.seed))
+    rows = summaries(records, len(problems), args.bootstrap, args.seed, top["ceiling"][0])
     claim_rows = [c.summary() for c in claims.values()]
+    uniform = summarise([u for r in records.values() for u in r.loc_uniform][:n_known], list(range(n_known)))
+    outcome = summarise(outcome_sign, outcome_g, args.bootstrap, args.seed)
+    rel, root = top["reliability"], top["ceiling"]
+    reference = {
+        "oracle reliability (two independent halves, Spearman-Brown)": _triple(rel),
+        "oracle ceiling sqrt(reliability): the true credit would score about this": _triple(root),
+        "uniform share at the first error": uniform.cell(),
+        "outcome-sign baseline (GRPO's one credit per rollout), sign agreement": outcome.cell(),
+    }
     settings = {
         "checkpoint": args.ckpt_path,
         "split": args.split,
@@ -443,19 +314,43 @@ def run(args: argparse.Namespace) -> dict:
         "d": args.window,
         "bootstrap": f"{args.bootstrap} group resamples",
         "seed": args.seed,
-        "wall time": f"{time.perf_counter() - start:.0f} s",
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    curve_rows = None
+    if args.ceiling_curve:
+        sub = {b: r for b, r in rollouts.items() if b < args.ceiling_prompts}
+        curve_rows = curve(
+            sub, make_for, sorted(set(args.ceiling_curve)), args.oracle_every, args.seed, args.bootstrap
+        )
+        note = (
+            f"{args.ckpt_path}: {sum(r.num_rows for r in sub.values())} rollouts of the first "
+            f"{min(args.ceiling_prompts, len(problems))} {args.split} prompts, "
+            f"cuts every {args.oracle_every} tokens"
+        )
+        print(write_curve(out, curve_rows, note))  # the terminal gets the table, not only the file name
+    settings["wall time"] = f"{time.perf_counter() - start:.0f} s"
     write_csv(out / "credit_eval.csv", rows)
-    with (out / "credit_claims.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(claim_rows[0]))
-        writer.writeheader()
-        writer.writerows(claim_rows)
-    (out / "credit_eval.md").write_text(markdown(rows, claim_rows, settings, args.window))
-    plot(out / "credit_eval.png", rows)
+    write_claims(out / "credit_claims.csv", claim_rows)
+    table = markdown(rows, claim_rows, settings, reference, args.window)
+    write_text(out / "credit_eval.md", table)
+    title = (
+        f"Credit lab: {args.ckpt_path}\n{n_rows} rollouts ({len(problems)} {args.split} prompts x G = {G}), "
+        f"MC oracle M = {args.oracle_samples} every {args.oracle_every} tokens, 95% group-bootstrap intervals"
+    )
+    lines = {"ceiling": root[0], "uniform": uniform.mean, "outcome_sign": outcome.mean}
+    plot(out / "credit_eval.png", rows, lines, title)
+    print(table)
     log.info("wrote %s/credit_eval.{csv,md,png} in %s", out, settings["wall time"])
-    return {"rows": rows, "claims": claim_rows, "settings": settings, "out": out}
+    return {"rows": rows, "claims": claim_rows, "settings": settings, "reference": reference,
+            "ceiling": top, "curve": curve_rows, "out": out}  # fmt: skip
+
+
+def _triple(x) -> str:
+    mean, low, high = x
+    if mean is None:
+        return "undefined"
+    return f"{mean:.2f}" if low is None or high is None else f"{mean:.2f} [{low:.2f}, {high:.2f}]"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,8 +16,12 @@ its L completion tokens) and compare it with a reference on the same tokens:
   method that moves all its extra credit onto one token could never score
   above ~0.5 (the peak shifts the mean, and that shift shows up as deviation
   on every other token); from the median a single peak scores 1.
-* ``sign_agreement(w, o)`` -- the share of tokens whose credit has the sign of
-  ``o``, over tokens where both are non-zero (None when there is none).
+* ``spearman_or_zero(w, o)`` -- the same, with constant credit counted as 0, so
+  that every method is averaged over the same rollouts (those where ``o`` varies).
+* ``sign_agreement(w, o)`` -- of the tokens where ``o`` is non-zero, the share
+  whose credit has the sign of ``o``; zero credit counts as no agreement, so
+  every method is scored on the same tokens. ``coverage(w, o)`` is the share of
+  those tokens where the credit is non-zero at all.
 
 Each is invariant to multiplying ``w`` by a positive constant (localisation by
 any non-zero one): the lab compares *where* credit goes, not its scale, which
@@ -73,14 +77,43 @@ def localisation(w: Tensor, error: int, d: int) -> tuple[float, float]:
     return float(dev[lo:hi].sum() / dev.sum()), uniform
 
 
+def _nonzero(x: Tensor) -> Tensor:
+    """Entries of ``x`` that are non-zero beyond ``CONSTANT_RTOL`` of its magnitude."""
+    scale = max(float(x.abs().max()), 1e-300) if x.numel() else 1.0
+    return x.abs() > CONSTANT_RTOL * scale
+
+
 def sign_agreement(w: Tensor, o: Tensor) -> float | None:
-    """Share of tokens where sign(w) == sign(o), over tokens where both are non-zero; None if none."""
-    scale_w = max(float(w.abs().max()), 1e-300) if w.numel() else 1.0
-    scale_o = max(float(o.abs().max()), 1e-300) if o.numel() else 1.0
-    both = (w.abs() > CONSTANT_RTOL * scale_w) & (o.abs() > CONSTANT_RTOL * scale_o)
-    if not bool(both.any()):
+    """Share of the tokens where the oracle ``o`` is non-zero on which ``w`` has its sign.
+
+    Zero credit is no agreement: every method is scored on the same tokens (those the oracle
+    signs), so a method that zeroes most tokens cannot rank high by being scored on its few
+    non-zero ones. None only when the oracle is zero on every token (the same for every method).
+    """
+    signed = _nonzero(o)
+    if not bool(signed.any()):
         return None
-    return float((torch.sign(w[both]) == torch.sign(o[both])).double().mean())
+    agree = _nonzero(w)[signed] & (torch.sign(w[signed]) == torch.sign(o[signed]))
+    return float(agree.double().mean())
+
+
+def coverage(w: Tensor, o: Tensor) -> float | None:
+    """Share of the tokens where the oracle is non-zero on which ``w`` is non-zero (None as above)."""
+    signed = _nonzero(o)
+    if not bool(signed.any()):
+        return None
+    return float(_nonzero(w)[signed].double().mean())
+
+
+def spearman_or_zero(w: Tensor, o: Tensor) -> float | None:
+    """``spearman``, with a constant ``w`` counted as 0 (no ranking: no correlation) where ``o`` varies.
+
+    Undefined only where the oracle is constant, which is the same set of rollouts for every method,
+    so every method's mean is taken over the same rollouts.
+    """
+    if is_constant(o):
+        return None
+    return 0.0 if is_constant(w) else spearman(w, o)
 
 
 @dataclass

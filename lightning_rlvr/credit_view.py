@@ -7,10 +7,10 @@ For one prompt, the checkpoint's policy samples one group of G completions and
 the task's verifier scores them. Each method's credit assigner is built from
 the ``model.credit`` section of its YAML (validated against the class signature
 by jsonargparse, as the CLI does) and run on the SAME rollout and the SAME
-``Scorer``. A token's weight is its advantage divided by the rollout's GRPO
-advantage A_i (so GRPO is 1 everywhere and 2 means "twice GRPO's credit"); where
-A_i is 0 (a group whose rewards are all equal) the raw token advantage is shown
-instead. Each rollout is shown next to its nearest correct peer (the correct
+``Scorer``. Each token is coloured by its signed advantage on one diverging
+scale centred at 0 (blue up, red down, a legend on the page); its tooltip also
+gives its weight, the advantage over the rollout's GRPO advantage A_i (the raw
+advantage where A_i is 0). Each rollout is shown next to its nearest correct peer (the correct
 rollout of the group with the longest common prefix), with the first token
 where they diverge marked: the place hindsight and contrastive methods are
 meant to single out. A method that needs group structure the group lacks (no
@@ -19,8 +19,7 @@ not the view's. Only the verifier's reward is used: a method's reward shaping
 (DAPO's overlong penalty) is not drawn. A distillation-style method's per-token
 loss (HSD's teacher-student divergence) IS its credit: ``method_credit`` adds it,
 evaluated at the rollout-time policy, to the token advantages with a minus sign
-(the loss pushes down the tokens the teacher disagrees with), so HSD's weights
-show where its distillation acts.
+(the loss pushes down the tokens the teacher disagrees with): HSD's colours show where it acts.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ import html
 import logging
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +38,8 @@ import torch
 import yaml
 from torch import Tensor
 
+from lightning_rlvr.core.files import write_text
+from lightning_rlvr.core.rng import seeded
 from lightning_rlvr.credit.base import Credit, CreditAssigner
 from lightning_rlvr.objectives import group_advantages
 from lightning_rlvr.rollout import Rollout
@@ -130,39 +132,35 @@ class MethodView:
 
 
 def assign_all(
-    methods: dict[str, CreditAssigner], rollout: Rollout, scorer: Scorer | Callable[[], Scorer]
+    methods: dict[str, CreditAssigner],
+    rollout: Rollout,
+    scorer: Scorer | Callable[[], Scorer],
+    key: tuple | None = None,
 ) -> tuple[Tensor, list[MethodView]]:
     """Run every method on the same rollout: (GRPO advantages [N], one view per method).
 
     ``scorer`` is one shared ``Scorer`` or a factory giving each method a fresh one (then each
-    method's cost includes its own policy pass).
+    method's cost includes its own policy pass). With ``key`` each method draws from the global RNG
+    seeded by ``(*key, its name)`` alone (``core.rng.seeded``), so its credit does not depend on which
+    methods ran before it.
     """
     grpo = group_advantages(rollout.rewards, rollout.group, scale=True)
     views = []
     for name, credit in methods.items():
         sc = scorer() if callable(scorer) and not isinstance(scorer, Scorer) else scorer
         tokens, generated = sc.forward_tokens, sc.generated_tokens
-        start = time.perf_counter()
-        with torch.no_grad():
-            out = credit.assign(rollout, sc)
-        seconds = time.perf_counter() - start
-        tokens, generated = sc.forward_tokens - tokens, sc.generated_tokens - generated
-        adv, loss = method_credit(out, rollout, sc)
+        with seeded(*key, name) if key is not None else nullcontext():
+            start = time.perf_counter()
+            with torch.no_grad():
+                out = credit.assign(rollout, sc)
+            seconds = time.perf_counter() - start
+            tokens, generated = sc.forward_tokens - tokens, sc.generated_tokens - generated
+            adv, loss = method_credit(out, rollout, sc)
         extra = loss is not None
-        views.append(
-            MethodView(
-                name,
-                type(credit).__name__,
-                token_weights(adv, grpo),
-                adv,
-                out.metrics,
-                extra,
-                tokens,
-                generated,
-                seconds,
-                loss,
-            )
-        )
+        weights = token_weights(adv, grpo)
+        view = MethodView(name, type(credit).__name__, weights, adv, out.metrics, extra, tokens, generated)
+        view.seconds, view.token_loss = seconds, loss
+        views.append(view)
     return grpo, views
 
 
@@ -181,11 +179,19 @@ section { border-top: 1px solid #ccc; padding: 0.6em 0; }
 """
 
 
-def _color(w: float, scale: float) -> str:
-    """Green for credit with GRPO's sign (darker = more), red for the opposite sign, white at 0."""
-    alpha = min(1.0, abs(w) / scale) * 0.85
-    rgb = "40,160,70" if w >= 0 else "215,50,40"
+def _color(a: float, scale: float) -> str:
+    """One diverging scale centred at 0: blue for positive credit (the update raises the token), red for
+    negative (it lowers it), white at 0, full colour at |a| >= ``scale``."""
+    alpha = min(1.0, abs(a) / scale) * 0.85 if scale > 0 else 0.0
+    rgb = "33,102,172" if a >= 0 else "178,24,43"
     return f"rgba({rgb},{alpha:.3f})"
+
+
+def legend(scale: float) -> str:
+    """The colour key: nine swatches from -scale to +scale, each labelled with its advantage."""
+    steps = [scale * k / 4 for k in range(-4, 5)]
+    cells = "".join(f"<span style='background:{_color(a, scale)}'>{a:+.2g}</span>" for a in steps)
+    return f"<p class='legend'>signed token advantage: {cells} (beyond +-{scale:.2g}: full colour)</p>"
 
 
 def _token_text(tokenizer, token_id: int) -> str:
@@ -193,17 +199,24 @@ def _token_text(tokenizer, token_id: int) -> str:
     return text if text else "\u2205"
 
 
-def _spans(tokenizer, ids: list[int], weights: list[float] | None, scale: float, mark: int | None) -> str:
+def _spans(
+    tokenizer,
+    ids: list[int],
+    adv: list[float] | None,
+    weights: list[float] | None,
+    scale: float,
+    mark: int | None,
+) -> str:
     out = []
     for t, tid in enumerate(ids):
         text = html.escape(_token_text(tokenizer, tid))
         cls = "tok div" if t == mark else "tok"
-        if weights is None:
+        if adv is None or weights is None:
             out.append(f'<span class="{cls}">{text}</span>')
         else:
-            w = weights[t]
-            style = f"background:{_color(w, scale)}"
-            out.append(f'<span class="{cls}" style="{style}" title="t={t} w={w:.3g}">{text}</span>')
+            style = f"background:{_color(adv[t], scale)}"
+            tip = f"t={t} advantage={adv[t]:+.3g} weight vs GRPO={weights[t]:.3g}"
+            out.append(f'<span class="{cls}" style="{style}" title="{tip}">{text}</span>')
     return "".join(out)
 
 
@@ -214,9 +227,9 @@ def render_html(
     N = rollout.num_rows
     tokens = [rollout.completion_tokens(i).tolist() for i in range(N)]
     rewards = [float(r) for r in rollout.rewards]
-    valid = [v.weights[i, : len(tokens[i])].abs() for v in views for i in range(N) if tokens[i]]
-    flat = torch.cat(valid) if valid else torch.ones(1)
-    scale = max(1.0, float(torch.quantile(flat, 0.95)))
+    valid = [v.advantages[i, : len(tokens[i])].abs() for v in views for i in range(N) if tokens[i]]
+    flat = torch.cat(valid).float() if valid else torch.ones(1)
+    scale = float(torch.quantile(flat, 0.95)) or float(flat.max()) or 1.0  # one scale for every method
     problem = rollout.problems[0]
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
@@ -225,17 +238,12 @@ def render_html(
         f"<p><b>prompt</b> <span class='tok'>{html.escape(problem.prompt)}</span> &nbsp; "
         f"<b>answer</b> {html.escape(problem.answer)} &nbsp; "
         f"{sum(r > CORRECT for r in rewards)} of {N} correct</p>",
-        "<p class='meta'>Weight = token advantage / the rollout's GRPO advantage A_i (GRPO = 1 on every "
-        "token; hover a token for its value). Where A_i = 0 (all rewards in the group equal) the raw token "
-        "advantage is shown. Green: same sign as GRPO, darker = more credit; red: opposite sign. The "
-        "outlined token is where the rollout first differs from its nearest correct peer (longest common "
-        "prefix).</p>",
-        "<p class='legend'>"
-        + "".join(
-            f"<span style='background:{_color(w, scale)}'>{w:g}</span>"
-            for w in sorted({-round(scale, 2), -1.0, -0.5, 0.0, 0.5, 1.0, round(scale, 2)})
-        )
-        + "</p>",
+        "<p class='meta'>Each token is coloured by its signed advantage (the method's credit, minus its "
+        "per-token loss for distillation methods) on one diverging scale centred at 0 for every method: "
+        "blue raises the token's probability, red lowers it, white is no credit. Hover a token for its "
+        "advantage and its weight relative to the rollout's GRPO advantage A_i. The outlined token is where "
+        "the rollout first differs from its nearest correct peer (longest common prefix).</p>",
+        legend(scale),
     ]
     if note:
         parts.append(f"<p class='meta'>{html.escape(note)}</p>")
@@ -251,11 +259,15 @@ def render_html(
         rows = []
         for v in views:
             w = v.weights[i, : len(tokens[i])].tolist()
-            mean = sum(w) / max(len(w), 1)
-            summary = f"mean {mean:.2f}, min {min(w, default=0):.2f}, max {max(w, default=0):.2f}"
+            a = v.advantages[i, : len(tokens[i])].tolist()
+            mean = sum(a) / max(len(a), 1)
+            summary = (
+                f"advantage mean {mean:+.2f}, min {min(a, default=0):+.2f}, max {max(a, default=0):+.2f}"
+            )
             rows.append(
                 f"<tr class='method' data-method='{html.escape(v.name)}'><th>{html.escape(v.name)}</th>"
-                f"<td>{_spans(tokenizer, tokens[i], w, scale, mark)}</td><td class='meta'>{summary}</td></tr>"
+                f"<td>{_spans(tokenizer, tokens[i], a, w, scale, mark)}</td>"
+                f"<td class='meta'>{summary}</td></tr>"
             )
         if peer is None:
             peer_html = "<p class='meta'>no other correct rollout in this group</p>"
@@ -264,7 +276,8 @@ def render_html(
             peer_mark = n if n < len(tokens[j]) else None
             peer_html = (
                 f"<p class='meta'>nearest correct peer: rollout {j} (reward {rewards[j]:g}), "
-                f"common prefix {n} tokens</p><p>{_spans(tokenizer, tokens[j], None, scale, peer_mark)}</p>"
+                f"common prefix {n} tokens</p>"
+                f"<p>{_spans(tokenizer, tokens[j], None, None, scale, peer_mark)}</p>"
             )
         header = (
             f"rollout {i} &middot; reward {rewards[i]:g} &middot; GRPO advantage {float(grpo[i]):+.3f}"
@@ -355,18 +368,18 @@ def main(argv: list[str] | None = None) -> Path:
     G = args.group_size or max(module.group_size, 2)
     if args.temperature is not None:
         module.sampling["temperature"] = args.temperature
-    torch.manual_seed(args.seed)
-    rollout = module.rollout([problem], G)
-    module.verify(rollout)
+    with seeded(args.seed, "rollout", args.prompt_index), torch.no_grad():
+        rollout = module.rollout([problem], G)
+        module.verify(rollout)
     scorer = Scorer(
         module.model, rollout, module.tokenizer, module.micro_batch_size, sampler=EngineSampler.of(module)
     )
-    grpo, views = assign_all(methods, rollout, scorer)
+    grpo, views = assign_all(methods, rollout, scorer, key=(args.seed, "method", args.prompt_index))
     title = f"Credit view: {Path(args.ckpt).name}, {args.split} prompt {args.prompt_index}, G = {G}"
     note = f"checkpoint {args.ckpt} (its method: {type(module.credit).__name__}); sampling seed {args.seed}"
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_html(rollout, module.tokenizer, grpo, views, title, note))
+    write_text(out, render_html(rollout, module.tokenizer, grpo, views, title, note))
     log.info("wrote %s (%d rollouts x %d methods)", out, G, len(views))
     return out
 

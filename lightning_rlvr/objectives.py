@@ -17,31 +17,47 @@ from torch import Tensor
 
 
 def group_mean_std(values: Tensor, group: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-row mean and (unbiased) std of ``values`` over the row's group: ([N], [N])."""
+    """Per-row mean and (unbiased) std of ``values`` over the row's group: ([N], [N]).
+
+    THE place a group statistic is computed (every standardisation goes through it). Both come from
+    the differences to the group's minimum, so a group whose values are all equal has a mean exactly
+    equal to its value and a std of exactly 0 in any dtype; the plain float32 mean of seven 0.7s is
+    off by an ulp, which left a ~6e-8 std that callers then divided by. Computed in ``values``'
+    dtype promoted to at least float32 (bf16 / fp16 values are not summed in 8 bits of mantissa).
+    """
+    dtype = torch.promote_types(values.dtype, torch.float32)
+    v = values.to(dtype)
     n_groups = int(group.max()) + 1
-    count = torch.zeros(n_groups, device=values.device).index_add_(0, group, torch.ones_like(values))
-    mean = torch.zeros(n_groups, device=values.device).index_add_(0, group, values) / count
-    dev2 = (values - mean[group]) ** 2
-    var = torch.zeros(n_groups, device=values.device).index_add_(0, group, dev2) / (count - 1).clamp(min=1)
-    return mean[group], var.sqrt()[group]
+    lo = torch.full((n_groups,), float("inf"), dtype=dtype, device=v.device)
+    lo = lo.scatter_reduce(0, group, v, "amin")[group]  # [N]
+    d = v - lo  # exactly 0 throughout an all-equal group
+    count = torch.zeros(n_groups, dtype=dtype, device=v.device).index_add_(0, group, torch.ones_like(d))
+    mean_d = torch.zeros(n_groups, dtype=dtype, device=v.device).index_add_(0, group, d) / count
+    dev2 = (d - mean_d[group]) ** 2
+    var = torch.zeros(n_groups, dtype=dtype, device=v.device).index_add_(0, group, dev2)
+    var = var / (count - 1).clamp(min=1)
+    return lo + mean_d[group], var.sqrt()[group]
+
+
+def group_standardize(values: Tensor, group: Tensor, scale: bool = True, eps: float = 1e-6) -> Tensor:
+    """(v - group mean) / (group std + eps), or v - group mean with ``scale=False``: [N].
+
+    Exactly 0 for a group whose values are all equal (``group_mean_std``), never NaN (also with eps 0).
+    """
+    mean, std = group_mean_std(values, group)
+    out = values.to(mean.dtype) - mean
+    if not scale:
+        return out
+    return out / torch.where(std > 0, std + eps, torch.ones_like(std))  # 0 / 1 where std is exactly 0
 
 
 def group_advantages(rewards: Tensor, group: Tensor, scale: bool = True, eps: float = 1e-6) -> Tensor:
-    """GRPO's A_i = (r_i - mean(r)) / (std(r) + eps), or r_i - mean(r) with ``scale=False``: [N].
+    """GRPO's A_i = (r_i - mean(r)) / (std(r) + eps), or r_i - mean(r) with ``scale=False``: [N] float32.
 
-    A group whose rewards are all equal gets exactly 0 (never NaN). "All equal" is
-    decided by exact equality (min == max), not by ``std > 0``: the float32 mean of
-    equal non-binary rewards (e.g. seven 0.7s) is off by an ulp, which leaves a
-    ~1e-8 std that, divided by ``std + eps``, would give every row an advantage of
-    ~0.06 (partial-credit rewards and overlong shaping produce such groups).
+    A group whose rewards are all equal gets exactly 0 (``group_standardize``), also for partial-credit
+    rewards (seven 0.7s) whose float32 mean is not exactly 0.7.
     """
-    r = rewards.float()
-    mean, std = group_mean_std(r, group)
-    adv = r - mean
-    if scale:
-        adv = adv / (std + eps)
-    equal = zero_std_groups(r, group)[group]  # [N]
-    return torch.where(equal, torch.zeros_like(adv), adv)
+    return group_standardize(rewards.float(), group, scale, eps)
 
 
 def zero_std_groups(rewards: Tensor, group: Tensor) -> Tensor:
@@ -54,10 +70,11 @@ def zero_std_groups(rewards: Tensor, group: Tensor) -> Tensor:
 
 
 def standardize(values: Tensor, eps: float = 1e-6) -> Tensor:
-    """(v - mean v) / (std v + eps) over a 1-D tensor; exactly 0 when all values are exactly equal."""
-    if values.numel() < 2 or bool(values.min() == values.max()):
+    """(v - mean v) / (std v + eps) over a 1-D tensor (one group): exactly 0 when all values are equal."""
+    if values.numel() < 2:
         return torch.zeros_like(values)
-    return (values - values.mean()) / (values.std() + eps)
+    group = torch.zeros(values.numel(), dtype=torch.long, device=values.device)
+    return group_standardize(values, group, True, eps).to(values.dtype)
 
 
 def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:

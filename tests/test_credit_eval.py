@@ -13,13 +13,16 @@ import yaml
 from lightning_rlvr import credit_eval as ce
 from lightning_rlvr.credit_metrics import (
     Summary,
+    coverage,
     is_constant,
     localisation,
     mean_before_after,
     sign_agreement,
     spearman,
+    spearman_or_zero,
     summarise,
 )
+from lightning_rlvr.credit_report import markdown
 from lightning_rlvr.tasks.addition import AdditionTask
 from tests.conftest import METHOD_TEST_SCALE, REPO
 
@@ -87,13 +90,30 @@ def test_metrics_are_invariant_to_rescaling_a_methods_credit(scale):
     assert sign_agreement(-w, o) == pytest.approx(1 - sign_agreement(w, o))
 
 
-def test_sign_agreement_skips_zero_credit_and_zero_oracle():
+def test_sign_agreement_counts_zero_credit_as_no_agreement_and_reports_coverage():
     w = torch.tensor([1.0, -1.0, 0.0, 2.0, -3.0])
     o = torch.tensor([0.5, 0.5, 1.0, 0.0, -1.0])
-    assert sign_agreement(w, o) == pytest.approx(2 / 3)  # tokens 0, 1, 4
-    assert sign_agreement(torch.zeros(4), o[:4]) is None  # an all-equal group's zero credit
+    # the oracle signs tokens 0, 1, 2, 4; the credit agrees on 0 and 4, is zero on 2
+    assert sign_agreement(w, o) == pytest.approx(2 / 4)
+    assert coverage(w, o) == pytest.approx(3 / 4)
+    assert sign_agreement(torch.zeros(4), o[:4]) == 0.0 and coverage(torch.zeros(4), o[:4]) == 0.0
+    assert sign_agreement(w, torch.zeros(5)) is None and coverage(w, torch.zeros(5)) is None
     assert mean_before_after(torch.tensor([1.0, 1.0, 3.0, 5.0]), 2) == (1.0, 4.0)
     assert mean_before_after(torch.tensor([1.0, 2.0]), 0) is None
+
+
+@pytest.mark.parametrize("keep", [0.1, 0.2, 0.5])
+def test_a_method_that_zeroes_most_tokens_cannot_outrank_one_that_signs_them_all(keep):
+    """Top-entropy keeps ~20% of tokens: scored on its own subset it read 'best sign agreement'."""
+    gen = torch.Generator().manual_seed(3)
+    o = torch.randn(200, generator=gen, dtype=torch.float64)
+    full = torch.where(torch.rand(200, generator=gen) < 0.7, o.sign(), -o.sign())  # 70% right everywhere
+    sparse = torch.zeros(200, dtype=torch.float64)
+    kept = torch.rand(200, generator=gen) < keep
+    sparse[kept] = o.sign()[kept]  # 100% right where it is non-zero
+    assert sign_agreement(sparse, o) < sign_agreement(full, o)
+    assert coverage(sparse, o) == pytest.approx(float(kept.double().mean()))
+    assert spearman_or_zero(torch.ones(200), o) == 0.0 and spearman_or_zero(o, torch.ones(200)) is None
 
 
 def test_summary_bootstraps_groups_and_never_prints_nan():
@@ -154,6 +174,7 @@ def tiny_ckpt(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("credit_eval")
     args = ["fit", "--config", QUICKSTART, "--config", TINY, "--trainer.max_steps", "1"]
+    args += ["--model.warm_start.init_args.max_steps", "300"]  # ~40% correct: mixed groups, a varying oracle
     args += [
         "--trainer.logger.init_args.save_dir",
         str(root / "runs"),
@@ -191,10 +212,12 @@ def test_credit_eval_runs_every_method_on_the_same_rollouts_and_writes_the_table
     assert all(int(r["spearman_total"]) > 0 for r in rows)  # every method saw the same rollouts
     assert len({r["spearman_total"] for r in rows}) == 1
     grpo = next(r for r in rows if r["method"] == "grpo")
-    assert grpo["spearman_mean"] == "" and "undefined" in grpo["notes"]  # constant credit per rollout
+    assert float(grpo["spearman_mean"]) == 0.0 and float(grpo["ranked_mean"]) == 0.0  # no ranking: 0
+    assert "constant credit in every rollout" in grpo["notes"]
+    assert len({r["spearman_n"] for r in rows}) == 1 and len({r["sign_n"] for r in rows}) == 1  # same sets
     table = (lab / "credit_eval.md").read_text()
     assert "nan" not in table.lower()
-    assert "| grpo | undefined (constant credit in every rollout) |" in table
+    assert "oracle reliability" in table and "outcome-sign baseline" in table
     assert "SHEAR" in table and "HSD" in table
     assert (lab / "credit_eval.png").stat().st_size > 0
     assert float(next(r for r in rows if r["method"] == "mc")["tokens_per_group"]) > float(
@@ -258,14 +281,12 @@ def test_degenerate_groups_are_recorded_as_undefined_not_nan():
     records: dict = {}
     ce.record_batch(records, [zero], oracle, [2, None, None], rollout, group_offset=0, d=1)
     r = records["grpo"]
-    assert r.spearman == [None, None] and r.sign == [None, None]  # the empty rollout is skipped
-    assert r.loc == [pytest.approx(3 / 4)] and r.loc_uniform == [
-        pytest.approx(3 / 4)
-    ]  # only row 0 has an error
+    assert r.spearman == [0.0, None] and r.ranked == [0.0, None]  # row 1's oracle is constant
+    assert r.sign == [0.0, 0.0] and r.coverage == [0.0, 0.0]  # zero credit: no agreement
+    assert r.loc == [pytest.approx(3 / 4)] and r.loc_uniform == [pytest.approx(3 / 4)]  # row 0's error
     rows = ce.summaries(records, n_groups=1, n_boot=10, seed=0)
-    table = ce.markdown(rows, [], {"x": 1}, d=1)
-    assert "nan" not in table.lower() and "undefined (constant credit in every rollout)" in table
-    assert "undefined (zero credit)" in table
+    table = markdown(rows, [], {"x": 1}, {"ceiling": "undefined"}, d=1)
+    assert "nan" not in table.lower() and "| grpo | 0.00 | undefined | 0% |" in table
 
 
 def test_every_console_script_exits_0_after_a_good_run(tiny_ckpt, tmp_path):
@@ -328,3 +349,32 @@ def test_credit_eval_on_a_missing_or_damaged_checkpoint_says_so_in_one_line(tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and len(err) == 1
     assert err[0].startswith("lightning-rlvr-credit-eval: error: --ckpt_path") and str(ckpt) in err[0]
+
+
+# ---------------------------------------------------------------------------- independence of the method list
+def _lab_rows(ckpt, tmp_path, methods: list[str], tag: str) -> dict[str, dict]:
+    files = [str(REPO / "configs" / "method" / f"{m}.yaml") for m in methods]
+    out = ce.evaluate(
+        ["--ckpt_path", str(ckpt), "--methods", *files, "--prompts", "4", "--batch-prompts", "2"]
+        + ["--group-size", "3", "--oracle-samples", "2", "--oracle-every", "3", "--bootstrap", "50"]
+        + ["--out", str(tmp_path / tag)]
+    )
+    drop = ("seconds_per_group",)  # wall time is the one column allowed to differ
+    return {r["method"]: {k: v for k, v in r.items() if k not in drop} for r in out["rows"]}
+
+
+def test_a_methods_row_is_the_same_alone_or_beside_any_other_methods(tiny_ckpt, tmp_path):
+    """Every rollout, oracle draw and method draw is fixed by the seed alone: later batches used to be
+    sampled after earlier batches' methods had drawn from the global stream, so a method's row (and
+    KTAE's count of scored rollouts) moved with the method list."""
+    import random
+
+    pool = ["mc", "sc_grpo", "ktae", "shear", "top_entropy", "hsd", "grpo"]
+    both = _lab_rows(tiny_ckpt, tmp_path, pool, "all")
+    pick = random.Random(30)
+    for k, name in enumerate(["mc", "sc_grpo", "ktae"]):
+        alone = _lab_rows(tiny_ckpt, tmp_path, [name], f"alone{k}")
+        assert alone[name] == both[name], name
+        others = pick.sample([m for m in pool if m != name], 2)
+        mixed = _lab_rows(tiny_ckpt, tmp_path, [*others, name], f"mixed{k}")
+        assert mixed[name] == both[name], (name, others)

@@ -108,3 +108,31 @@ def test_weights_and_peers_on_a_group_with_correct_and_wrong_rollouts(tiny_ckpt)
     assert "nearest correct peer: rollout 1 " in sections["0"]  # the only other correct one
     assert "nearest correct peer: rollout 0 " in sections["1"]
     assert "reward 0 " in sections["2"] and "nearest correct peer: rollout" in sections["2"]
+
+
+def test_tokens_are_coloured_by_signed_advantage_on_one_diverging_scale_with_a_legend():
+    """A failed rollout's tokens (negative advantage) were solid green: green meant 'same sign as GRPO'."""
+    from lightning_rlvr.credit.grpo import GRPOCredit
+    from lightning_rlvr.models import build_tiny_tokenizer
+    from tests.rollouts import rollout_from_ids
+
+    tok = build_tiny_tokenizer()
+    ids = tok(" 7+5+0=12;", add_special_tokens=False)["input_ids"]
+    rollout = rollout_from_ids([ids[:2]] * 1, [ids, ids[:5], ids[:7]], pad=0, eos=tok.eos_token_id,
+                               group_size=3, rewards=[1.0, 0.0, 0.0])  # fmt: skip
+    from lightning_rlvr.scoring import Scorer
+
+    grpo, views = cv.assign_all({"grpo": GRPOCredit()}, rollout, Scorer(None, rollout))
+    page = cv.render_html(rollout, tok, grpo, views, "t")
+    blue, red = "rgba(33,102,172,", "rgba(178,24,43,"
+    rows = re.findall(r"<section id='rollout-(\d)'>(.*?)</section>", page, re.S)
+    colours = {
+        int(i): re.findall(r'class="tok[^"]*" style="background:(rgba\([\d,]+),', body) for i, body in rows
+    }
+    assert colours[0] and all(c + "," == blue for c in colours[0])  # the correct rollout: positive
+    for i in (1, 2):  # the failed ones: negative advantage, red, whatever GRPO's sign is
+        assert colours[i] and all(c + "," == red for c in colours[i])
+    assert "signed token advantage" in page and page.count("class='legend'") == 1
+    legend = re.search(r"<p class='legend'>(.*?)</p>", page, re.S).group(1)
+    assert blue in legend and red in legend and "rgba(33,102,172,0.000)" in legend  # centred at 0: white
+    assert cv._color(0.0, 1.0).endswith(",0.000)") and cv._color(-2.0, 1.0) == cv._color(-1.0, 1.0)

@@ -15,7 +15,7 @@ how much each one moved the chance of success. With ``scale_by_std`` every
 advantage of a group is divided by the std of the group's rewards (+1e-6), as
 GRPO scales (``False``: raw value differences, as VinePPO uses them). A group
 whose rewards are all equal is not skipped: its segments keep their raw V
-differences (its std is 0), the only signal such a group carries.
+differences (its std is exactly 0: ``objectives.group_mean_std``), the only signal such a group carries.
 
 Episodes (multi-turn rollouts, ``rollout.turn_index`` set) are cut where each action starts, and a
 continuation replays the prefix's actions in the environment before playing on. Otherwise boundaries
@@ -159,7 +159,7 @@ class MonteCarloCredit(CreditAssigner):
                 adv[i, bounds[i][k] : bounds[i][k + 1]] = vals[i][k + 1] - vals[i][k]
         if self.scale_by_std:
             _, std = group_mean_std(rollout.rewards.float(), rollout.group)  # [N]
-            std = torch.where(std > 0, std + 1e-6, torch.ones_like(std))  # all-equal group: raw
+            std = torch.where(std > 0, std + 1e-6, torch.ones_like(std))  # all-equal: std exactly 0, raw
             adv = adv / std[:, None].to(device)
         adv = adv * rollout.completion_mask
         roots = [v[0] for v in vals]

@@ -33,6 +33,7 @@ import random
 import re
 from typing import Any
 
+from lightning_rlvr.core.steps import first_difference, first_wrong_result
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.tasks.base import SPLITS, Problem, Task, Verdict, split_of
 
@@ -61,6 +62,21 @@ def extract_answer(completion: str, lines: int = 1) -> str | None:
         tail = [line for line in completion[cues[-1].end() :].splitlines() if line.strip()]
         return _tidy("\n".join(tail[:lines])) or None
     return None
+
+
+def answer_start(completion: str) -> int | None:
+    """Offset of the first non-blank character of the answer ``extract_answer`` reads, or None."""
+    tags = list(_TAG.finditer(completion))
+    if tags:
+        start = tags[-1].start(1)
+    else:
+        cues = list(_CUE.finditer(completion))
+        if not cues:
+            return None
+        start = cues[-1].end()
+    while start < len(completion) and completion[start].isspace():
+        start += 1
+    return start
 
 
 def _largest_valid_size(config_cls: type, config: dict[str, Any], seed: int, wanted: int) -> int:
@@ -187,6 +203,26 @@ class ReasoningGymTask(Task):
         reward = float(self._dataset.score_answer(got, problem.meta["entry"]))
         correct = reward >= 1.0  # reasoning-gym scores partial credit: only a full score is a success
         return Verdict(reward, "correct" if correct else f"wrong answer {got[:80]}", correct)
+
+    def first_error(self, completion: str, problem: Problem) -> int | None:
+        """Where a failed completion first goes wrong (character offset; None when it is correct).
+
+        Checkable intermediate results first: the first arithmetic equation ``<expr> = <number>`` in
+        the completion whose result is wrong (``core.steps.first_wrong_result``: at its first wrong
+        digit), whatever the dataset. Then the answer, which ``check`` found wrong: the first character
+        where it departs from the reference (its end when it is a proper prefix of it). No answer at all:
+        ``len(completion)`` (it ended, or was cut, before answering).
+        """
+        if self.check(completion, problem).correct:
+            return None
+        wrong = first_wrong_result(completion)
+        if wrong is not None:
+            return wrong
+        span = answer_start(completion)
+        if span is None:
+            return len(completion)
+        reference = _tidy(problem.answer)
+        return span + first_difference(completion[span:], reference)
 
     def extract_answer(self, completion: str) -> str | None:
         """The ``<answer>`` (or ``answer:``) text that ``check`` scores (for ``test/maj@k``)."""
