@@ -129,6 +129,11 @@ class Task:
         s = sampler
         return generate_rollout(s.engine, s.model, s.tokenizer, problems, group_size, s.sampling, s.render)
 
+    def prompt_template(self) -> str:
+        """How a question becomes this task's prompt, ``{question}`` marking it (``export`` bakes it, with
+        the prompt format, into a chat template for tokenizers without one)."""
+        return getattr(self, "template", "{question}")
+
     def policy_token_budget(self, max_new_tokens: int) -> int:
         """The most tokens the policy can write in one row: the constant of ``loss_agg: constant``."""
         return max_new_tokens
