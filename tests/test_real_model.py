@@ -33,3 +33,20 @@ def test_the_real_quickstart_fits_a_step_offline(run_cli, tmp_path):
     assert os.path.getsize(last) < 50e6  # the adapters, not the 538 MB frozen base
     state = torch.load(last, weights_only=True)
     assert state["rlvr"]["base"]["name_or_path"] == "smollm2"
+
+
+def test_the_gpu_check_script_parses_and_names_existing_configs():
+    """benchmarks/gpu_check.sh runs only on GPU machines: here its shell and Python must at least parse."""
+    import re
+    import subprocess
+
+    script = REPO / "benchmarks" / "gpu_check.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    blocks = re.findall(r"<<'PY'\n(.*?)\nPY\n", text, re.DOTALL)
+    assert len(blocks) >= 2
+    for block in blocks:
+        compile(block, str(script), "exec")
+    for config in re.findall(r"configs/\S+\.yaml", text):
+        assert (REPO / config).is_file(), config
+    assert "configs/quickstart_real.yaml --config configs/engine/vllm.yaml" in text
