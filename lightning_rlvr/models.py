@@ -181,7 +181,7 @@ class PretrainedPolicy(PolicySource):
         tokenizer.padding_side = "left"  # batched generation appends on the right
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        return model, tokenizer
+        return model.train(), tokenizer  # from_pretrained gives eval mode, and Lightning keeps modes as found
 
 
 def apply_lora(model: PreTrainedModel, lora: dict[str, Any]) -> PreTrainedModel:
