@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +115,18 @@ def test_rollouts_log_the_share_in_a_marker_format(tmp_path):
     task = JsonlTask(_rows(tmp_path, ["14"]), _rows(tmp_path, ["14"]))
     rollout = SimpleNamespace(completions=["#### 14", "I say 14", "answer: 3", "nothing"])
     assert task.rollout_metrics(rollout) == {"format_ok": 0.5}
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "smollm2_completions.jsonl"
+
+
+def test_the_parser_reads_real_smollm2_completions_as_a_person_does():
+    """Real SmolLM2-135M-Instruct replies (chat template, greedy, reasoning-gym chain_sum questions), each
+    with the number a reader sees it commit to and the verdict, checked by hand."""
+    rows = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
+    assert len(rows) >= 60
+    parser = AnswerParser(kind="number")
+    for row in rows:
+        got = parser(row["completion"])
+        assert got == row["answer"], row
+        assert (got is not None and int(got) == int(row["reference"])) is row["correct"], row
