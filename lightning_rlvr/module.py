@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import time
 from functools import partial
 from typing import Any
@@ -45,27 +44,27 @@ import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor
 
+from lightning_rlvr.checkpoint_state import CheckpointState
 from lightning_rlvr.continuations import EngineSampler
-from lightning_rlvr.credit.base import Credit, CreditAssigner, rank_state
+from lightning_rlvr.credit.base import CreditAssigner
 from lightning_rlvr.credit.grpo import GRPOCredit
-from lightning_rlvr.distributed import all_sum, any_rank, shard_policy, world_size
+from lightning_rlvr.distributed import any_rank, shard_policy, world_size
 from lightning_rlvr.dynamic_sampling import DynamicSampling, extra_index
 from lightning_rlvr.engines.base import RolloutEngine, Sampling
 from lightning_rlvr.engines.hf import HFGenerateEngine
-from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.evaluation import Evaluation
 from lightning_rlvr.losses import PolicyLoss, PPOClip
 from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
-from lightning_rlvr.objectives import loss_weights, zero_std_groups
-from lightning_rlvr.packing import MicroBatch, micro_batches, shares_prompts
-from lightning_rlvr.packing import forward as packed_forward
+from lightning_rlvr.objectives import zero_std_groups
 from lightning_rlvr.prompts import PromptFormat
 from lightning_rlvr.rewards.overlong import RewardShaper
 from lightning_rlvr.rollout import Rollout, Sampler
-from lightning_rlvr.scoring import Scorer, entropy_from_logits, same_in_train_mode, token_logprobs
-from lightning_rlvr.state import capture_rng, plain_value, restore_rng
+from lightning_rlvr.sample_log import append_samples, sample_rows
+from lightning_rlvr.scoring import Scorer, same_in_train_mode
+from lightning_rlvr.state import plain_value, restore_rng
 from lightning_rlvr.tasks.addition import AdditionTask
 from lightning_rlvr.tasks.base import Problem, Task
+from lightning_rlvr.update import PolicyUpdate
 from lightning_rlvr.validation import check_settings
 from lightning_rlvr.warmstart import WarmStart
 
@@ -74,7 +73,7 @@ log = logging.getLogger(__name__)
 MICRO_BATCH_TOKENS = 1024  # default padded tokens per forward (measured on the quickstart: packing.py)
 
 
-class RLVRModule(Evaluation, LightningModule):
+class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
     """Policy, rollout and update for RLVR; the method lives in ``credit``.
 
     Args:
@@ -86,7 +85,8 @@ class RLVRModule(Evaluation, LightningModule):
         lora: ``peft.LoraConfig`` fields; when set only adapters train.
         reward_shaping: applied in order to the verifier's rewards (e.g. DAPO's ``OverlongPenalty``).
         dynamic_sampling: keep only informative groups, sampling more prompts (DAPO).
-        prompt_format: chat template or plain template around each prompt (default: the prompt as is).
+        prompt_format: chat template or plain template around each prompt (default: ``PromptFormat()``,
+            the tokenizer's chat template when it has one, else the prompt as is).
         engine: how completions are sampled (default: ``HFGenerateEngine``, Hugging Face ``generate``).
         group_size: completions per prompt (G).
         max_new_tokens: completion budget (L_max).
@@ -113,6 +113,9 @@ class RLVRModule(Evaluation, LightningModule):
             pass (see ``training_step``).
         eval_samples: completions per prompt in validation and test (pass@k up to this k; maj@k at it).
         eval_seed: seed of evaluation sampling (the training RNG is left untouched).
+        eval_greedy: greedy decoding in validation and test (use with ``eval_samples: 1``).
+        log_samples: write the first N rows of each step's and each evaluation's rollout (prompt,
+            completion, extracted answer, verdict) to ``<log dir>/samples/<stage>.jsonl`` (0 = off).
         validate_at_start: log ``val/pass@1`` at step 0 of a fresh fit (the baseline RL starts from).
         max_nonfinite_updates: consecutive non-finite losses tolerated (skipped) before stopping.
         gradient_checkpointing: recompute activations in the backward pass (less memory, more time).
@@ -147,6 +150,8 @@ class RLVRModule(Evaluation, LightningModule):
         fuse_policy_pass: bool = True,
         eval_samples: int = 4,
         eval_seed: int = 1234,
+        eval_greedy: bool = False,
+        log_samples: int = 0,
         validate_at_start: bool = True,
         max_nonfinite_updates: int = 3,
         gradient_checkpointing: bool = False,
@@ -177,7 +182,7 @@ class RLVRModule(Evaluation, LightningModule):
         self.lora = lora
         self.reward_shaping = list(reward_shaping or [])
         self.dynamic_sampling = dynamic_sampling
-        self.prompt_format = prompt_format
+        self.prompt_format = prompt_format if prompt_format is not None else PromptFormat()
         self.engine = engine or HFGenerateEngine()
         self.group_size = group_size
         self.max_new_tokens = max_new_tokens
@@ -190,7 +195,7 @@ class RLVRModule(Evaluation, LightningModule):
         self.share_prompts = share_prompts
         self.fuse_policy_pass = fuse_policy_pass
         self.eval_samples = eval_samples
-        self.eval_seed = eval_seed
+        self.eval_seed, self.eval_greedy, self.log_samples = eval_seed, eval_greedy, log_samples
         self.validate_at_start = validate_at_start
         self.max_nonfinite_updates = max_nonfinite_updates
         self.init_metrics()
@@ -236,21 +241,27 @@ class RLVRModule(Evaluation, LightningModule):
     @property
     def render(self):
         """Problem prompt -> the text the model sees (``None``: as is); warm start and rollouts share it."""
-        return None if self.prompt_format is None else partial(self.prompt_format.render, self.tokenizer)
+        fmt = self.prompt_format
+        if fmt.system is None and fmt.template == "{prompt}" and not fmt.uses_chat(self.tokenizer):
+            return None  # the prompt as is (keeps warm-start cache keys of plain prompts unchanged)
+        return partial(fmt.render, self.tokenizer)
 
     @property
     def sampler(self) -> Sampler:
         """The policy as a sampler: engine, live model, tokenizer, sampling and prompt format."""
-        sampling = Sampling(self.max_new_tokens, **self.sampling)
+        return self.make_sampler()
+
+    def make_sampler(self, greedy: bool = False) -> Sampler:
+        sampling = Sampling(self.max_new_tokens, **self.sampling, do_sample=not greedy)
         return Sampler(self.engine, self.model, self.tokenizer, sampling, self.render)
 
-    def rollout(self, problems: list[Problem], group_size: int) -> Rollout:
+    def rollout(self, problems: list[Problem], group_size: int, greedy: bool = False) -> Rollout:
         """``group_size`` samples per problem, as the task rolls out (``Task.rollout``), via ``self.engine``.
 
         A single-turn task samples one completion per row; an environment plays episodes (one
         engine call per turn, ``max_new_tokens`` per action) and returns them already scored.
         """
-        return self.task.rollout(self.sampler, problems, group_size)
+        return self.task.rollout(self.make_sampler(greedy), problems, group_size)
 
     def collect(self, problems: list[Problem]) -> tuple[Rollout, int, dict[str, float]]:
         """Sample and verify (with dynamic sampling when configured), then shape the rewards.
@@ -350,10 +361,18 @@ class RLVRModule(Evaluation, LightningModule):
             **{f"train/{k}": v for k, v in self.task.rollout_metrics(rollout).items()},
             **{f"credit/{k}": v for k, v in credit.metrics.items()},
         }
+        self.write_samples("fit", rollout)
         self.log("train/reward", rollout.rewards.mean(), prog_bar=True, batch_size=len(batch), logger=False)
         self.log_dict(
             metrics, on_step=True, on_epoch=False, batch_size=len(batch), sync_dist=world_size() > 1
         )
+
+    def write_samples(self, stage: str, rollout: Rollout, limit: int | None = None) -> None:
+        """The first rows of a verified rollout to ``samples/<stage>.jsonl`` (``log_samples``; rank 0)."""
+        limit = self.log_samples if limit is None else limit
+        if limit > 0 and self.global_rank == 0 and self._trainer is not None:
+            log_dir = self.trainer.log_dir or self.trainer.default_root_dir
+            append_samples(log_dir, stage, sample_rows(stage, self.rl_step, rollout, self.task, limit))
 
     def scorer(self, model, rollout: Rollout, **kwargs) -> Scorer:
         """A ``Scorer`` of ``rollout`` under ``model`` with this module's micro-batching."""
@@ -362,155 +381,9 @@ class RLVRModule(Evaluation, LightningModule):
         sizes["share_prompts"] = self.share_prompts  # the update's and the scorer's passes: one switch
         return Scorer(model, rollout, **sizes, **kwargs)
 
-    def micro_batches(self, rollout: Rollout, rows: Tensor) -> list[MicroBatch]:
-        """The update's micro-batches of ``rows`` (padding-free, prompts shared: ``packing.py``)."""
-        share = shares_prompts(self.model, self.share_prompts)
-        return micro_batches(rollout, rows, self.micro_batch_size, self.micro_batch_tokens, share=share)
-
     def reference_logprobs(self, rollout: Rollout) -> Tensor:
         """Log-probs of the sampled tokens under the frozen reference (base model when using LoRA): [N, T]."""
         if not self.lora:
             return self.scorer(self._reference[0], rollout, tokenizer=None, cache_bytes=0).policy().logp
         with self.model.disable_adapter():
             return self.scorer(self.model, rollout, tokenizer=None, cache_bytes=0).policy().logp
-
-    def fused_policy_pass(
-        self, rollout: Rollout, scorer: Scorer, hidden: bool = True
-    ) -> list[tuple[MicroBatch, Tensor]] | None:
-        """The update's forwards, run before the credit so they fill ``scorer``'s policy pass (log-probs,
-        entropies and, with ``hidden``, hidden states).
-
-        With one epoch and one minibatch the only update runs at the rollout-time weights, so
-        its forward computes what ``scorer.policy(hidden=True)`` would: running it first (every
-        micro-batch, graphs kept) saves a whole no-grad pass over the rollout. It holds all
-        micro-batches' activations until the backward (the memory of ``micro_batch_size`` = N);
-        ``fuse_policy_pass: false`` turns it off. Not used when train and eval mode differ
-        (dropout): the scorer's pass is in eval mode. Returns ``(micro-batch, logits)`` pairs in
-        the update's order, or None when not fused.
-        """
-        if not same_in_train_mode(self.model):
-            return None
-        parts = []  # (micro-batch, logits [m, T_m, V] with graph, hidden [m, T_m, H])
-        for mb in self.micro_batches(rollout, torch.arange(rollout.num_rows, device=self.device)):
-            parts.append((mb, *packed_forward(self.model, rollout, mb, hidden=hidden)))
-        scorer.adopt_policy_pass(parts)
-        return [(mb, logits) for mb, logits, _ in parts]
-
-    def update(
-        self,
-        rollout: Rollout,
-        credit: Credit,
-        old_logp: Tensor | None,
-        ref_logp: Tensor | None,
-        forwards: list[tuple[MicroBatch, Tensor]] | None = None,
-    ) -> dict[str, float]:
-        """``ppo_epochs`` x ``minibatches`` optimiser steps on ``self.loss`` (+ the credit's token loss).
-
-        Per-token weights normalise over the whole minibatch on all ranks; x world size undoes
-        the gradient averaging of DDP/FSDP, so W ranks make the update of one rank with all rows.
-        A non-finite loss on any rank skips that optimiser step on every rank: each rank still
-        runs all its forwards and backwards (collectives under FSDP) and the skip is decided
-        together, so ranks never fall out of step. Micro-batches are padding-free (length-sorted,
-        each cut to its longest row: ``lightning_rlvr/packing.py``), so the token loss of one is
-        [m, T_m] with T_m <= T. ``forwards``: the micro-batches' forwards, already run by
-        ``fused_policy_pass`` (one epoch, one minibatch).
-        """
-        opt, sched = self.optimizers(), self.lr_schedulers()
-        N, T, W = rollout.num_rows, rollout.completion_ids.shape[1], world_size()
-        targets, mask = rollout.completion_ids, rollout.loss_mask.float()  # [N, T] the policy's own tokens
-        engine = rollout.engine_logp  # [N, T] or None
-        budget = self.task.policy_token_budget(self.max_new_tokens)  # policy tokens a row can hold (L_max)
-        totals: dict[str, float] = {"loss": 0.0, "grad_norm": 0.0, "zero_grad_frac": 0.0}
-        n_updates = 0
-        for _ in range(self.ppo_epochs):
-            order = torch.randperm(N, device=self.device) if self.minibatches > 1 else torch.arange(N)
-            for mb in order.chunk(self.minibatches):
-                weights = self.loss.weights(mask[mb], budget, all_sum) * W  # [n, T]
-                extra_w = weights  # the credit's token loss: the loss's aggregation unless it names its own
-                if credit.token_loss is not None and credit.token_loss_agg is not None:
-                    extra_w = loss_weights(mask[mb], credit.token_loss_agg, budget, all_sum) * W
-                loss_total, parts, finite = 0.0, {"entropy": 0.0}, True
-                pending = forwards or [(p, None) for p in self.micro_batches(rollout, mb)]
-                forwards = None  # fused forwards serve the first (when fused: the only) minibatch
-                while pending:
-                    part, logits = pending.pop(0)  # a fused forward's graph is freed with its backward
-                    if logits is None:
-                        logits, _ = packed_forward(self.model, rollout, part)  # [m, T_m, V]
-                    rows, Tm = part.rows, part.width
-                    w = weights[part.index, :Tm]  # [m, T_m]
-                    logp = token_logprobs(logits, targets[rows, :Tm])  # [m, T_m]
-                    tok_loss, tok_stats = self.loss(
-                        logp,
-                        old_logp[rows, :Tm] if old_logp is not None else logp.detach(),
-                        credit.advantages[rows, :Tm],
-                        mask[rows, :Tm],
-                        ref_logp=None if ref_logp is None else ref_logp[rows, :Tm],
-                        engine_logp=None if engine is None else engine[rows, :Tm],
-                    )
-                    loss = (tok_loss * w).sum()  # an empty micro-batch (idle forward) gives 0 with a graph
-                    if credit.token_loss is not None and len(rows):  # its contract: logits [m, T, V]
-                        full = torch.nn.functional.pad(logits, (0, 0, 0, T - Tm))
-                        loss = loss + (credit.token_loss(full, rows) * extra_w[part.index]).sum()
-                    finite = finite and bool(torch.isfinite(loss))
-                    self.manual_backward(loss)  # also when non-finite: the backward is a collective
-                    loss_total += float(loss.detach())
-                    with torch.no_grad():
-                        tok_stats["entropy"] = entropy_from_logits(logits.detach())
-                        adv = credit.advantages[rows, :Tm]  # [m, T_m] what the loss pushes each token by
-                        tok_stats["advantage"], tok_stats["advantage_abs"] = adv, adv.abs()
-                        for k, v in tok_stats.items():
-                            parts[k] = parts.get(k, 0.0) + float((v * w).sum())
-                grad_norm = self._clip_gradients()
-                if any_rank(not finite, self.device) or not math.isfinite(grad_norm):
-                    self._skip_nonfinite(opt)
-                    continue
-                self._nonfinite_streak = 0
-                opt.step()
-                self.engine.sync_weights(self.model)  # engines with their own copy of the weights
-                opt.zero_grad(set_to_none=True)
-                sched.step()
-                n_updates += 1
-                zero = float(grad_norm == 0.0)  # train/zero_grad_frac: updates with no gradient at all
-                record = {"loss": loss_total, "grad_norm": grad_norm, "zero_grad_frac": zero, **parts}
-                for k, v in record.items():
-                    totals[k] = totals.get(k, 0.0) + v
-        stats = {k: v / max(n_updates, 1) for k, v in totals.items()}
-        stats["lr"] = sched.get_last_lr()[0]
-        stats["skipped_updates"] = float(self.ppo_epochs * self.minibatches - n_updates)
-        return stats
-
-    def _clip_gradients(self) -> float:
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        if self.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
-        else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
-        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # DTensor under FSDP2
-
-    def _skip_nonfinite(self, opt) -> None:
-        opt.zero_grad(set_to_none=True)
-        self._nonfinite_streak += 1
-        log.warning("non-finite loss or gradient at RL step %d: update skipped", self.rl_step)
-        if self._nonfinite_streak >= self.max_nonfinite_updates:
-            raise RLVRError(
-                f"the loss or gradient was NaN/inf in {self._nonfinite_streak} consecutive updates "
-                f"(RL step {self.rl_step}); training stopped with the weights of the last good update. "
-                "The last saved checkpoint is intact; lower model.lr or check the rewards."
-            )
-
-    # ------------------------------------------------------------------ checkpoint state
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["rlvr"] = {
-            "rl_step": self.rl_step,
-            "verifier_errors": self.verifier_errors,
-            "rng": capture_rng(),
-        }
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        state = checkpoint.get("rlvr", {})
-        self.rl_step = state.get("rl_step", 0)
-        self.verifier_errors = state.get("verifier_errors", 0)
-        self._pending_rng = state.get("rng")
-        credit_state = checkpoint.get("callbacks", {}).get(self.credit.state_key)
-        if credit_state is not None:  # Lightning restores callbacks only when fitting; test needs it too
-            self.credit.load_state_dict(rank_state(credit_state))

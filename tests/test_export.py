@@ -86,3 +86,47 @@ def test_export_errors_are_one_line(lora_checkpoint, tmp_path, capsys):
         lines = capsys.readouterr().err.splitlines()
         assert len(lines) == 1 and lines[0].startswith("lightning-rlvr: error: ") and message in lines[0]
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_the_tiny_quickstart_model_is_prompted_through_its_chat_template(lora_checkpoint, tmp_path):
+    """No undocumented "Q " prefix: apply_chat_template of the question gives the training prompt."""
+    module = load_module(str(lora_checkpoint))
+    export_main(["--ckpt_path", str(lora_checkpoint), "--out", str(tmp_path / "out")])
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out")
+    messages = [{"role": "user", "content": "3+4="}]
+    for generation_prompt in (True, False):
+        text = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt
+        )
+        assert text == "Q 3+4="
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    chat = [
+        tokenizer.apply_chat_template([{"role": "user", "content": p[2:]}], tokenize=False) for p in PROMPTS
+    ]
+    assert torch.equal(greedy(model, tokenizer, chat), greedy(module.model, module.tokenizer))
+    files = [f for f in (tmp_path / "out").rglob("*") if f.is_file()]
+    assert files and all(f.stat().st_mode & 0o044 == 0o044 for f in files)  # not 0600
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_lora_checkpoints_hold_the_adapters_not_the_frozen_base(tmp_path):
+    """Without a warm start the base is what model.policy loads: the checkpoint leaves it out, and resume,
+    test and export take it from the policy again."""
+    from lightning_rlvr.cli import run
+
+    lora = str(REPO / "configs" / "peft" / "lora.yaml")
+    args = ["--config", QUICKSTART, "--config", TINY, "--config", lora, "--model.warm_start", "null",
+            "--trainer.default_root_dir", str(tmp_path)]  # fmt: skip
+    fit = run(["fit", *args])
+    last = fit.trainer.checkpoint_callback.last_model_path
+    state = torch.load(last, weights_only=True)
+    assert state["state_dict"] and all("lora_" in k for k in state["state_dict"] if k.startswith("model."))
+    assert "base" in state["rlvr"]
+    module = load_module(last)
+    full = module.model.state_dict()
+    assert any("lora_" not in k for k in full)
+    export_main(["--ckpt_path", last, "--out", str(tmp_path / "out")])
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    assert torch.equal(greedy(exported, module.tokenizer), greedy(module.model, module.tokenizer))
+    resumed = run(["fit", *args, "--trainer.max_steps", "3", "--ckpt_path", last])
+    assert resumed.model.rl_step == 3

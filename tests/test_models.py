@@ -30,6 +30,7 @@ def test_tiny_model_save_load_is_exact(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, loaded(ids).logits, rtol=0, atol=0)
     assert loaded_tok.padding_side == "left"
+    assert loaded.training  # a policy trains: no "modules in eval mode" at the start of fit
     assert isinstance(AutoModelForCausalLM.from_pretrained(tmp_path), type(model))
 
 

@@ -42,6 +42,7 @@ OVERRIDES = {
     "math.yaml": math_files,
     "code_jsonl.yaml": code_files,
     "reasoning_gym.yaml": lambda tmp_path: [],
+    "small_sums.yaml": lambda tmp_path: [],
     "humaneval.yaml": lambda tmp_path: ["--model.task.init_args.sandbox.wall_s", "2"],
 }
 

@@ -103,3 +103,15 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def usual_modes(root: str | os.PathLike) -> None:
+    """Give every file under ``root`` the mode a plain ``open`` gives (``0666`` less the umask).
+
+    Some writers (``safetensors``) create their files ``0600``; a cache or export other users and tools
+    read must not keep that.
+    """
+    mode = 0o666 & ~_umask()
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            os.chmod(os.path.join(dirpath, name), mode)

@@ -2,8 +2,9 @@
 
 ``reference_answer`` turns a dataset's answer cell into the final answer
 (GSM8K's ``... #### 42`` keeps ``42``; a MATH solution keeps its last
-``\\boxed{...}``). ``completion_answer`` finds the answer a model gave: its
-last ``\\boxed{}``, else the text after its last ``####`` or ``answer:``.
+``\\boxed{...}``). ``completion_answer`` finds the answer a model gave through the
+shared ``AnswerParser`` (``rewards/answers.py``: tag, ``\\boxed{}``, ``####``, ``answer:``,
+"the answer is"; never prose).
 ``math_equal`` then compares the two symbolically (``0.5``, ``1/2`` and
 ``\\frac{1}{2}`` are equal; ``2`` and ``3`` are not), with a normalised string
 comparison as the fallback for answers sympy cannot parse.
@@ -29,13 +30,9 @@ from __future__ import annotations
 import re
 import threading
 
-_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_ANSWER_TAIL = re.compile(r"(?:####|answer\s*(?:is)?\s*:)", re.IGNORECASE)
+from lightning_rlvr.rewards.answers import NUMBER_PATTERN, AnswerParser, last_boxed
+
 _TIMEOUT_S = 5
-# A number as written: ``1,000,000`` (thousands groups of exactly three digits), ``12``, ``0.5``, ``.5``.
-# Digits followed by a thousands group are never a number of their own, so ``1,000`` can not be read as
-# the list ``1, 000``.
-NUMBER_PATTERN = r"(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+(?!,\d{3}(?![\d,])))(?:\.\d+)?|\.\d+"
 _NUMBER = re.compile(rf"(?<![\d.])(?:{NUMBER_PATTERN})")
 _THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
 # A list of numbers, optionally bracketed: ``3, 5``, ``(1, -2)``, ``[0, 1]``.
@@ -53,19 +50,6 @@ _TEXT_MACRO = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorna
 
 def _timeout() -> int | None:
     return _TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
-
-
-def last_boxed(text: str) -> str | None:
-    """The contents of the last ``\\boxed{...}`` (braces balanced), or None."""
-    starts = [m.end() for m in _BOXED.finditer(text)]
-    if not starts:
-        return None
-    start, depth = starts[-1], 1
-    for i in range(start, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return text[start:i].strip()
-    return None  # unbalanced: truncated completion
 
 
 def _clean(text: str) -> str:
@@ -87,17 +71,13 @@ def reference_answer(text: str) -> str:
     return _clean(boxed if boxed is not None else text)
 
 
-def completion_answer(completion: str) -> str | None:
-    """The answer a completion commits to, as text (None if it gives none)."""
-    boxed = last_boxed(completion)
-    if boxed is not None:
-        return boxed
-    tails = list(_ANSWER_TAIL.finditer(completion))
-    if tails:
-        tail = completion[tails[-1].end() :].strip()
-        tail = tail.splitlines()[0] if tail else ""
-        return _clean(tail) or None
-    return None
+MATH_ANSWERS = AnswerParser(kind="math")  # MathTask's default parser
+
+
+def completion_answer(completion: str, parser: AnswerParser = MATH_ANSWERS) -> str | None:
+    """The answer a completion commits to in a marker format (``parser`` without its ``last`` fallback)."""
+    found = parser.find(completion)
+    return None if found is None or found[1] == "last" else found[0]
 
 
 def trailing_list(completion: str) -> str | None:
@@ -147,12 +127,19 @@ def math_equal(predicted: str, reference: str) -> bool:
     return _normalise(predicted) == _normalise(reference)
 
 
-def math_reward(completion: str, reference: str) -> tuple[float, str]:
-    """``(reward, feedback)`` for a completion against a dataset answer cell."""
+def math_reward(completion: str, reference: str, parser: AnswerParser = MATH_ANSWERS) -> tuple[float, str]:
+    """``(reward, feedback)`` for a completion against a dataset answer cell.
+
+    The answer is the parser's (a marker format); its ``last`` fallback is, for math, the list the last
+    number ends or else what ``math-verify`` reads in the free text. The reward is ``parser.reward``.
+    """
     gold = reference_answer(reference)
-    got = completion_answer(completion)
-    if got is None:
+    got = completion_answer(completion, parser)
+    fallback = "last" in parser.formats
+    if got is None and fallback:
         got = trailing_list(completion)
+    if got is None and not fallback:
+        return 0.0, "no answer found"
     if got is None:  # no marker: let math-verify pick the answer out of the free text
         from math_verify import parse, verify
 
@@ -163,4 +150,4 @@ def math_reward(completion: str, reference: str) -> tuple[float, str]:
         shown = str(pred[-1])
     else:
         ok, shown = math_equal(got, gold), got
-    return float(ok), "correct" if ok else f"wrong answer {shown[:80]}"
+    return parser.reward(ok, completion), "correct" if ok else f"wrong answer {shown[:80]}"

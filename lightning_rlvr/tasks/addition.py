@@ -64,7 +64,7 @@ class AdditionTask(Task):
             if split_of(f"{self.seed}:{a}:{b}", self.test_fraction) == split:
                 break
         return Problem(
-            prompt=f"Q {a}+{b}=",
+            prompt=self.prompt_template().format(question=f"{a}+{b}="),
             answer=str(a + b),
             solution=addition_solution(a, b, self.digits),
             meta={"a": a, "b": b},
@@ -72,6 +72,9 @@ class AdditionTask(Task):
 
     def size(self, split: str) -> int | None:
         return None
+
+    def prompt_template(self) -> str:
+        return "Q {question}"
 
     def first_error(self, completion: str, problem: Problem) -> int | None:
         """Where a failed completion first departs from the worked carry chain (character offset).

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.rewards.answers import AnswerParser
 
 if TYPE_CHECKING:  # rollout.py imports this module
     from lightning_rlvr.rollout import Rollout, Sampler
@@ -64,7 +65,13 @@ class Verdict:
 
 
 class Task:
-    """Base class. Subclasses implement ``problem``, ``size`` and ``check``."""
+    """Base class. Subclasses implement ``problem``, ``size`` and ``check``.
+
+    A task that reads final answers sets ``answers`` (the shared ``AnswerParser``); its rollouts then
+    log ``train/format_ok``, the share of completions that give their answer in a marker format.
+    """
+
+    answers: AnswerParser | None = None
 
     def problem(self, split: str, index: int) -> Problem:
         """The ``index``-th problem of ``split``; for infinite splits any index is valid."""
@@ -122,13 +129,21 @@ class Task:
         s = sampler
         return generate_rollout(s.engine, s.model, s.tokenizer, problems, group_size, s.sampling, s.render)
 
+    def prompt_template(self) -> str:
+        """How a question becomes this task's prompt, ``{question}`` marking it (``export`` bakes it, with
+        the prompt format, into a chat template for tokenizers without one)."""
+        return getattr(self, "template", "{question}")
+
     def policy_token_budget(self, max_new_tokens: int) -> int:
         """The most tokens the policy can write in one row: the constant of ``loss_agg: constant``."""
         return max_new_tokens
 
     def rollout_metrics(self, rollout: Rollout) -> dict[str, float]:
         """Extra ``train/<name>`` metrics of a rollout of this task (environments: turns, success)."""
-        return {}
+        if self.answers is None or not rollout.completions:
+            return {}
+        ok = [self.answers.formatted(c) for c in rollout.completions]
+        return {"format_ok": sum(ok) / len(ok)}
 
     def worked_example(self, problem: Problem, tokenizer, render=None) -> tuple[list[int], list[int]]:
         """The warm start's sequence of ``problem``: token ids and labels (-100 where no loss applies).

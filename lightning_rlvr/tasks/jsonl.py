@@ -6,10 +6,12 @@ without conversion. Cells are read as the text in the file (``lightning_rlvr.tas
 when the task is built: a row with a missing or empty answer is an error that names the
 file, the row and the field, before any training starts.
 
-The exact-match verifier compares the completion's answer (after ``answer:``, else its
-last number, or the list that number ends) with the reference, ignoring case, spaces, a
-trailing period and thousands separators; a comma between other numbers is kept, so
-``1, 5`` never equals ``15``.
+The exact-match verifier compares the completion's answer (the shared ``AnswerParser``:
+``rewards/answers.py``; its ``last`` fallback keeps the whole list the last number ends:
+``2, 3, 5`` is not the answer ``5``) with the reference, ignoring case, spaces, a trailing
+period and thousands separators; a comma between other numbers is kept, so ``1, 5`` never
+equals ``15``. Unless configured, the parser reads numbers when every reference answer is one,
+and short texts otherwise.
 """
 
 from __future__ import annotations
@@ -17,11 +19,10 @@ from __future__ import annotations
 import re
 
 from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.rewards.math import NUMBER_PATTERN, drop_thousands_separators, trailing_list
+from lightning_rlvr.rewards.answers import SIGNED_NUMBER, AnswerParser
+from lightning_rlvr.rewards.math import drop_thousands_separators, trailing_list
 from lightning_rlvr.tasks.base import Problem, Task, Verdict
 from lightning_rlvr.tasks.files import read_rows
-
-_NUMBER = re.compile(rf"(?<![\d.])-?(?:{NUMBER_PATTERN})")  # ``-1,234.5``, ``12``, ``0.5``
 
 
 def normalise_answer(text: str) -> str:
@@ -30,16 +31,6 @@ def normalise_answer(text: str) -> str:
     text = drop_thousands_separators(text.strip().split("####")[-1].strip().rstrip("."))
     text = re.sub(r"\s+", " ", text)
     return re.sub(r"(?<!\d) | (?!\d)", "", text).lower()
-
-
-def last_answer(completion: str) -> str | None:
-    """The text after the last ``answer:`` if present, else the last number in the completion (the whole
-    list when that number ends one: ``2, 3, 5`` is not the answer ``5``)."""
-    if "answer:" in completion:
-        tail = completion.rsplit("answer:", 1)[1].strip()
-        return tail.splitlines()[0] if tail else None
-    numbers = _NUMBER.findall(completion)
-    return (trailing_list(completion) or numbers[-1]) if numbers else None
 
 
 def load_rows(path: str, fields: list[str]) -> list[dict]:
@@ -77,6 +68,8 @@ class JsonlTask(Task):
         answer_field: column holding the reference answer.
         solution_field: optional column with a worked solution (used by the warm start).
         template: how a question becomes a prompt; ``{question}`` is replaced.
+        answers: how a completion's answer is read (None: ``kind: number`` when every reference
+            answer is a number, else ``text``).
     """
 
     def __init__(
@@ -88,6 +81,7 @@ class JsonlTask(Task):
         answer_field: str = "answer",
         solution_field: str | None = None,
         template: str = "{question}",
+        answers: AnswerParser | None = None,
     ) -> None:
         self.fields = {"question": question_field, "answer": answer_field, "solution": solution_field}
         self.template = template
@@ -98,6 +92,19 @@ class JsonlTask(Task):
         }
         self._rows["val"] = load_rows(val_file, needed) if val_file else self._rows["test"]
         self.files = {"train": train_file, "test": test_file, "val": val_file or test_file}
+        self.answers = answers or self.default_answers()
+
+    def default_answers(self) -> AnswerParser:
+        cells = [str(r[self.fields["answer"]]).strip() for rows in self._rows.values() for r in rows]
+        numeric = all(SIGNED_NUMBER.fullmatch(c) for c in cells)
+        return AnswerParser(kind="number" if numeric else "text")
+
+    def answer(self, completion: str) -> str | None:
+        """The answer ``check`` compares: the parser's (its ``last`` fallback: the list that number ends)."""
+        found = self.answers.find(completion)
+        if found is None:
+            return None
+        return (trailing_list(completion) or found[0]) if found[1] == "last" else found[0]
 
     def size(self, split: str) -> int | None:
         return len(self._rows[split])
@@ -113,13 +120,14 @@ class JsonlTask(Task):
         )
 
     def check(self, completion: str, problem: Problem) -> Verdict:
-        got = last_answer(completion)
+        got = self.answer(completion)
         if got is None:
             return Verdict(0.0, "no answer found")
         ok = normalise_answer(got) == normalise_answer(problem.answer)
-        return Verdict(float(ok), "correct" if ok else f"wrong answer {got.strip()}")
+        feedback = "correct" if ok else f"wrong answer {got.strip()}"
+        return Verdict(self.answers.reward(ok, completion), feedback, ok)
 
     def extract_answer(self, completion: str) -> str | None:
         """The answer ``check`` compares, normalised the same way (for ``test/maj@k``)."""
-        got = last_answer(completion)
+        got = self.answer(completion)
         return None if got is None else normalise_answer(got)

@@ -5,16 +5,17 @@ and MATH rows (``problem``, ``solution`` with a ``\\boxed{}``, optionally a
 plain ``answer``) load through ``JsonlTask``'s column mapping. The reference is
 the final answer inside the answer cell (``lightning_rlvr.rewards.math.reference_answer``);
 a row whose final answer is missing or empty is an error naming the file and row.
-A completion earns reward 1 when its answer (last ``\\boxed{}``, else after
-``####`` / ``answer:``, else what ``math-verify`` finds) equals the reference
-symbolically: ``0.5``, ``1/2`` and ``\\frac{1}{2}`` all match. Answers with several parts are
+A completion earns reward 1 when its answer (the shared ``AnswerParser``, ``kind: math``: tag,
+``\\boxed{}``, ``####``, ``answer:``, "the answer is", else what ``math-verify`` finds) equals the
+reference symbolically: ``0.5``, ``1/2`` and ``\\frac{1}{2}`` all match. Answers with several parts are
 compared whole: ``(1, 5)`` is not ``(3, 5)``, ``[1, 5]`` is not ``(1, 5)``, ``2, 3, 5`` is not
 ``3, 5``, while the sets ``5, 3`` and ``\\{3, 5\\}`` equal ``3, 5``.
 """
 
 from __future__ import annotations
 
-from lightning_rlvr.rewards.math import completion_answer, math_reward, reference_answer
+from lightning_rlvr.rewards.answers import AnswerParser
+from lightning_rlvr.rewards.math import MATH_ANSWERS, completion_answer, math_reward, reference_answer
 from lightning_rlvr.tasks.base import SPLITS, Problem, Verdict
 from lightning_rlvr.tasks.jsonl import JsonlTask, check_rows
 
@@ -29,6 +30,8 @@ class MathTask(JsonlTask):
             (GSM8K: ``answer`` with ``#### 42``; MATH: ``answer``, or ``solution`` with ``\\boxed{}``).
         solution_field: optional column with a worked solution (used by the warm start).
         template: how a question becomes a prompt; ``{question}`` is replaced.
+        answers: how a completion's answer is read (default: ``AnswerParser(kind="math")``, every format;
+            its ``last`` fallback is the list the last number ends, else ``math-verify``'s reading).
     """
 
     def __init__(
@@ -40,10 +43,12 @@ class MathTask(JsonlTask):
         answer_field: str = "answer",
         solution_field: str | None = None,
         template: str = "{question}",
+        answers: AnswerParser | None = None,
     ) -> None:
         super().__init__(
-            train_file, test_file, val_file, question_field, answer_field, solution_field, template
-        )
+            train_file, test_file, val_file, question_field, answer_field, solution_field, template,
+            answers or MATH_ANSWERS,
+        )  # fmt: skip
         final = lambda field, cell: reference_answer(cell) if field == answer_field else cell
         for split in SPLITS:
             check_rows(self.files[split], self._rows[split], [answer_field], value=final)
@@ -55,12 +60,12 @@ class MathTask(JsonlTask):
         return p
 
     def check(self, completion: str, problem: Problem) -> Verdict:
-        reward, feedback = math_reward(completion, problem.answer)
-        return Verdict(reward, feedback)
+        reward, feedback = math_reward(completion, problem.answer, self.answers)
+        return Verdict(reward, feedback, feedback == "correct")
 
     def extract_answer(self, completion: str) -> str | None:
         """The answer ``check`` takes from a completion (last ``\\boxed{}``, ``####`` or ``answer:``).
 
         Votes compare these strings as written, so ``1/2`` and ``0.5`` count as different answers.
         """
-        return completion_answer(completion)
+        return completion_answer(completion, self.answers)

@@ -30,15 +30,14 @@ error that says the largest allowed.
 from __future__ import annotations
 
 import random
-import re
 from typing import Any
 
 from lightning_rlvr.core.steps import first_difference, first_wrong_result
 from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.rewards.answers import AnswerParser
 from lightning_rlvr.tasks.base import SPLITS, Problem, Task, Verdict, split_of
 
-_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_CUE = re.compile(r"answer:", re.IGNORECASE)
+RG_ANSWERS = AnswerParser(formats=["tag", "colon"], kind="text", max_words=None)
 DEFAULT_TEMPLATE = "{question}\nGive your final answer as <answer>...</answer>.\n"
 DEFAULT_SOLUTION = "<answer>{answer}</answer>"
 DEFAULT_POOL_SIZE = 1_000_000
@@ -53,15 +52,8 @@ def _tidy(text: str) -> str:
 
 def extract_answer(completion: str, lines: int = 1) -> str | None:
     """The last ``<answer>...</answer>`` content (all its lines), else the first ``lines`` non-blank lines
-    after the last ``answer:``, else None."""
-    tags = _TAG.findall(completion)
-    if tags:
-        return _tidy(tags[-1])
-    cues = list(_CUE.finditer(completion))
-    if cues:
-        tail = [line for line in completion[cues[-1].end() :].splitlines() if line.strip()]
-        return _tidy("\n".join(tail[:lines])) or None
-    return None
+    after the last ``answer:``, else None (the default ``AnswerParser`` of the task)."""
+    return RG_ANSWERS(completion, lines)
 
 
 def answer_start(completion: str) -> int | None:
@@ -117,6 +109,9 @@ class ReasoningGymTask(Task):
             (``" answer:{answer}"``), which ``extract_answer`` reads too.
         max_draws: draws per problem before giving up (a dataset with too few distinct questions
             for a split).
+        answers: how a completion's answer is read (default: the ``<answer>`` tag, else ``answer:``,
+            any text; a numeric dataset for a model that writes "5 + 9 = 14" can use
+            ``{kind: number}``, every format, ``rewards/answers.py``).
     """
 
     def __init__(
@@ -129,6 +124,7 @@ class ReasoningGymTask(Task):
         template: str = DEFAULT_TEMPLATE,
         max_draws: int = 1000,
         solution_template: str = DEFAULT_SOLUTION,
+        answers: AnswerParser | None = None,
     ) -> None:
         import reasoning_gym
         from reasoning_gym.factory import DATASETS
@@ -138,6 +134,7 @@ class ReasoningGymTask(Task):
         if not 0 < test_fraction < 0.5:
             raise ValueError("test_fraction must be in (0, 0.5)")
         self.name, self.config, self.seed = name, dict(config or {}), seed
+        self.answers = answers or RG_ANSWERS
         self.test_fraction, self.template, self.max_draws = test_fraction, template, max_draws
         if "{answer}" not in solution_template:
             raise RLVRError(f"solution_template must contain {{answer}}, got {solution_template!r}")
@@ -197,11 +194,12 @@ class ReasoningGymTask(Task):
         return None
 
     def check(self, completion: str, problem: Problem) -> Verdict:
-        got = extract_answer(completion, lines=len(problem.answer.strip().splitlines()) or 1)
+        got = self.answers(completion, lines=len(problem.answer.strip().splitlines()) or 1)
         if got is None:
-            return Verdict(0.0, "no <answer> found")
+            return Verdict(0.0, "no answer found")
         reward = float(self._dataset.score_answer(got, problem.meta["entry"]))
         correct = reward >= 1.0  # reasoning-gym scores partial credit: only a full score is a success
+        reward = reward if correct else max(reward, self.answers.reward(False, completion))
         return Verdict(reward, "correct" if correct else f"wrong answer {got[:80]}", correct)
 
     def first_error(self, completion: str, problem: Problem) -> int | None:
@@ -226,4 +224,4 @@ class ReasoningGymTask(Task):
 
     def extract_answer(self, completion: str) -> str | None:
         """The ``<answer>`` (or ``answer:``) text that ``check`` scores (for ``test/maj@k``)."""
-        return extract_answer(completion)
+        return self.answers(completion)

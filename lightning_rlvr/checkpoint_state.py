@@ -1,0 +1,52 @@
+"""The checkpoint half of ``RLVRModule``: what a checkpoint holds beyond Lightning's own state.
+
+Layer: beside ``module`` (a mixin the module inherits). A checkpoint carries the RL step, the verifier
+error count and the RNG state (``rlvr``), so a resume continues the exact random stream.
+
+LoRA checkpoints hold the adapters and the trainable state, not the frozen base: with ``model.lora``
+and no warm start, the base is exactly what ``model.policy`` loads (a hub directory, or a GGUF file's
+cached float copy), so the frozen weights are left out (SmolLM2-135M: 568 MB -> a few MB) and the key
+``rlvr.base`` records it. ``resume``, ``test`` and ``export`` rebuild the module from the checkpoint's
+hyperparameters, which load the same base, and the missing frozen keys are filled from it before the
+state dict is restored. With a warm start the base was trained before LoRA, so the whole model is kept.
+"""
+
+from __future__ import annotations
+
+from lightning_rlvr.credit.base import rank_state
+from lightning_rlvr.state import capture_rng
+
+
+class CheckpointState:
+    """``on_save_checkpoint`` / ``on_load_checkpoint`` (a mixin: it uses the module's model and counters)."""
+
+    def frozen_base_keys(self) -> list[str]:
+        """State-dict keys of the frozen base a checkpoint leaves out (LoRA without warm start only)."""
+        if not self.lora or self.warm_start is not None or not hasattr(self.model, "disable_adapter"):
+            return []
+        trainable = {f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad}
+        return [k for k in self.state_dict() if k.startswith("model.") and k not in trainable]
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["rlvr"] = {
+            "rl_step": self.rl_step,
+            "verifier_errors": self.verifier_errors,
+            "rng": capture_rng(),
+        }
+        frozen = self.frozen_base_keys()
+        if frozen:
+            for key in frozen:
+                checkpoint["state_dict"].pop(key, None)
+            checkpoint["rlvr"]["base"] = self.policy_source.cache_key()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("rlvr", {})
+        self.rl_step = state.get("rl_step", 0)
+        self.verifier_errors = state.get("verifier_errors", 0)
+        self._pending_rng = state.get("rng")
+        if "base" in state:  # a LoRA checkpoint without the frozen base: take it from the loaded policy
+            own, saved = self.state_dict(), checkpoint["state_dict"]
+            saved.update({k: own[k] for k in self.frozen_base_keys() if k not in saved})
+        credit_state = checkpoint.get("callbacks", {}).get(self.credit.state_key)
+        if credit_state is not None:  # Lightning restores callbacks only when fitting; test needs it too
+            self.credit.load_state_dict(rank_state(credit_state))
