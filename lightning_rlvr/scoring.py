@@ -181,6 +181,11 @@ class Scorer:
             ``continue_and_verify``); None when the caller offers no sampling.
         share_prompts: the policy pass runs each distinct prompt once per micro-batch when the model
             keeps a KV cache (``packing.shares_prompts``); the module passes its own switch.
+        render: how a prompt's text became the rollout's prompt (the module's ``PromptFormat``); a
+            method renders its privileged contexts through it (``lightning_rlvr/prompts.py``).
+            None: the sampler's, else the plain layout (the prompt as is).
+        task: the task the rollout came from (default: the sampler's); methods read the task's
+            own texts for its plain layout from it (``credit/texts.py``).
     """
 
     def __init__(
@@ -193,8 +198,12 @@ class Scorer:
         sampler: ContinuationSampler | None = None,
         micro_batch_tokens: int | None = None,
         share_prompts: bool = True,
+        render: Callable[[str], str] | None = None,
+        task=None,
     ) -> None:
         self.model = model
+        self.render = render if render is not None else getattr(sampler, "render", None)
+        self.task = task if task is not None else getattr(sampler, "task", None)
         self.share_prompts = share_prompts
         self.rollout = rollout
         self.tokenizer = tokenizer
@@ -574,6 +583,8 @@ class TeacherScorer(Scorer):
             r.micro_batch_size,
             r.cache_bytes,
             micro_batch_tokens=r.micro_batch_tokens,
+            render=r.render,
+            task=r.task,
         )
         self.policy_scorer = policy
 
