@@ -77,11 +77,14 @@ def method_configs(config: str) -> list[str]:
 
 
 def hindsight_settings() -> dict:
-    """HP-RLVR's credit settings on episodes: the method file's, updated by its episode overlay."""
+    """HP-RLVR's credit settings on episodes: the method file's, then the environment's own texts."""
+    from lightning_rlvr.envs.base import Environment
+
     merged: dict = {}
     for config in method_configs(METHODS[HP][1]):
-        merged.update(yaml.safe_load((REPO / config).read_text())["model"]["credit"].get("init_args", {}))
-    return merged
+        model = (yaml.safe_load((REPO / config).read_text()) or {}).get("model", {})
+        merged.update(model.get("credit", {}).get("init_args", {}))
+    return {**Environment.method_texts["hp_rlvr"], **merged}
 
 
 # ---------------------------------------------------------------------- budget arithmetic

@@ -23,6 +23,7 @@ uses the module's temperature / top-p / top-k and the global torch RNG.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -63,6 +64,8 @@ class EngineSampler:
         temperature, top_p, top_k: sampling, as in rollouts.
         micro_batch_size: sequences per engine call. Under several ranks every rank makes the
             same number of calls (a rank with fewer prefixes runs one-token dummies), as FSDP needs.
+        render: the prompt format the rollouts were rendered with (the module's); a ``Scorer`` built
+            with this sampler hands it to the methods that render privileged contexts.
     """
 
     def __init__(
@@ -76,8 +79,10 @@ class EngineSampler:
         top_p: float = 1.0,
         top_k: int = 0,
         micro_batch_size: int = 128,
+        render: Callable[[str], str] | None = None,
     ) -> None:
         self.engine = engine
+        self.render = render
         self.model = model
         self.tokenizer = tokenizer
         self.task = task
@@ -95,6 +100,7 @@ class EngineSampler:
             module.task,
             module.max_new_tokens,
             micro_batch_size=module.micro_batch_size,
+            render=module.render,
             **module.sampling,
         )
 

@@ -29,6 +29,26 @@ from lightning_rlvr.errors import RLVRError
 # The arithmetic alphabet of the procedural tasks: 24 tokens.
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 TINY_VOCAB = SPECIAL_TOKENS + ["answer", "Q"] + list("0123456789") + list("+-*=,:;") + [" "]
+# Credit methods' text in that alphabet (English would be <unk>), read through ``tokenizer.method_texts``
+# (lightning_rlvr/credit/texts.py): steps end with ";" as in the worked solutions, " answer:" introduces
+# the answer, and a teacher's prompt repeats the problem so the completion follows it; HP-RLVR's verdict
+# is 1 / 0 and the verifier's message is left out (its letters are <unk>).
+TINY_METHOD_TEXTS = {
+    "sc_grpo": {"template": "{prompt}{reference};{prompt}"},
+    "hsd": {
+        "peer_template": "{prompt}{reference};answer:{answer};{prompt}",
+        "answer_template": "{prompt} answer:{answer};{prompt}",
+    },
+    "opsd": {"teacher_template": "{prompt} answer:{answer};{prompt}"},
+    "hp_rlvr": {
+        "step_delimiter": ";",
+        "hindsight_template": " {future},{verdict}",
+        "separator": "=",
+        "pass_text": "1",
+        "fail_text": "0",
+    },
+    "rredcot": {"boundary_texts": [";"], "keywords": [], "answer_cue": " answer:"},
+}
 
 
 def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
@@ -36,7 +56,7 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(TINY_VOCAB)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("answer|Q|."), behavior="isolated")
     tok.decoder = decoders.Fuse()  # characters join with no separator
-    return PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<bos>",
         eos_token="<eos>",
@@ -44,6 +64,8 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
         unk_token="<unk>",
         padding_side="left",  # left padding: generation appends on the right
     )
+    tokenizer.method_texts = TINY_METHOD_TEXTS
+    return tokenizer
 
 
 class PolicySource:

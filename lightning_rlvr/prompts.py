@@ -1,15 +1,33 @@
-"""How a task's prompt text becomes the string a model is conditioned on.
+"""How a task's prompt text becomes the string a model is conditioned on. Layer: ``prompts`` (imports nothing
+of the package).
 
 Instruction-tuned models expect their chat template; base models (and the
 tiny built-in tokenizer) expect plain text. ``PromptFormat.render`` uses the
 tokenizer's chat template, with the generation prompt appended, when the
 tokenizer has one and ``chat`` allows it, and a plain ``template`` otherwise.
+
+Privileged contexts (a teacher shown a verified peer, hindsight, the reference answer) are rendered
+the same way: the method fills its template into the text of the *user* turn (``fill``), and the
+same ``render`` wraps it, so the privileged text never lands inside the assistant turn and the
+completion follows the assistant header exactly as it followed the student's prompt.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
+
+_FIELD = re.compile(r"\{([a-z_]+)\}")
+
+
+def fill(template: str, **fields: str) -> str:
+    """``template`` with each ``{name}`` of ``fields`` replaced by its text; any other brace is literal.
+
+    Unlike ``str.format``, braces in the values or in the template's own text (``\\boxed{}``) are
+    kept as they are, and a placeholder not in ``fields`` is left untouched.
+    """
+    return _FIELD.sub(lambda m: fields[m.group(1)] if m.group(1) in fields else m.group(0), template)
 
 
 @dataclass

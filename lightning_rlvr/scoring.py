@@ -105,6 +105,23 @@ def bucket_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
     return torch.cat([top, tail], dim=-1)
 
 
+def token_chunks(n: int, rows: int, tokens: int | None, widths: list[int] | None = None) -> list[Tensor]:
+    """Consecutive index chunks of ``range(n)``: at most ``rows`` items and, when ``tokens`` and ``widths``
+    are given, at most ``tokens`` padded tokens (items x the widest) each; never an empty chunk."""
+    if tokens is None or widths is None:
+        return list(torch.arange(n).split(rows))
+    chunks, start, widest = [], 0, 0
+    for i in range(n):
+        w = max(widest, widths[i], 1)
+        if i > start and ((i - start + 1) * w > tokens or i - start >= rows):
+            chunks.append(torch.arange(start, i))
+            start, w = i, max(widths[i], 1)
+        widest = w
+    if n:
+        chunks.append(torch.arange(start, n))
+    return chunks
+
+
 def entropy_from_logits(logits: Tensor) -> Tensor:
     """Per-position entropy of softmax(logits): [..., T]. A -inf logit (a masked token) adds 0 log 0 = 0."""
     logp = F.log_softmax(logits.float(), dim=-1)
@@ -181,6 +198,11 @@ class Scorer:
             ``continue_and_verify``); None when the caller offers no sampling.
         share_prompts: the policy pass runs each distinct prompt once per micro-batch when the model
             keeps a KV cache (``packing.shares_prompts``); the module passes its own switch.
+        render: how a prompt's text became the rollout's prompt (the module's ``PromptFormat``); a
+            method renders its privileged contexts through it (``lightning_rlvr/prompts.py``).
+            None: the sampler's, else the plain layout (the prompt as is).
+        task: the task the rollout came from (default: the sampler's); methods read the task's
+            own texts for its plain layout from it (``credit/texts.py``).
     """
 
     def __init__(
@@ -193,8 +215,12 @@ class Scorer:
         sampler: ContinuationSampler | None = None,
         micro_batch_tokens: int | None = None,
         share_prompts: bool = True,
+        render: Callable[[str], str] | None = None,
+        task=None,
     ) -> None:
         self.model = model
+        self.render = render if render is not None else getattr(sampler, "render", None)
+        self.task = task if task is not None else getattr(sampler, "task", None)
         self.share_prompts = share_prompts
         self.rollout = rollout
         self.tokenizer = tokenizer
@@ -300,9 +326,14 @@ class Scorer:
         self.forward_tokens += int(r.attention_mask[rows].sum())
         return F.log_softmax(out.logits[:, P - 1 : -1].float(), dim=-1)
 
-    def _chunks(self, n: int) -> list[Tensor]:
-        """Micro-batches of ``n`` items, padded with empty ones so every rank runs as many forwards."""
-        chunks = list(torch.arange(n).split(self.micro_batch_size)) if n else []
+    def _chunks(self, n: int, widths: list[int] | None = None) -> list[Tensor]:
+        """Micro-batches of ``n`` items, padded with empty ones so every rank runs as many forwards.
+
+        With ``widths`` (each item's padded length, items in order) and ``micro_batch_tokens`` set, a
+        micro-batch also holds at most that many padded tokens (at least one item), so the [m, L, V]
+        logits and the [m, S, V] distributions a view compares stay bounded by it, not by the views.
+        """
+        chunks = list(token_chunks(n, self.micro_batch_size, self.micro_batch_tokens, widths)) if n else []
         missing = max_over_ranks(len(chunks), self.rollout.completion_ids.device) - len(chunks)
         return chunks + [torch.arange(0)] * missing
 
@@ -431,14 +462,15 @@ class Scorer:
             ctx_of = [ctx_index.setdefault(tuple(c.tolist()), len(ctx_index)) for c in contexts]
             first = {k: v for v, k in reversed(list(enumerate(ctx_of)))}  # context -> its first view
             distinct_ctx = [contexts[first[k]] for k in range(len(ctx_index))]
-            chunks = list(torch.arange(len(rows)).split(self.micro_batch_size))
             # views sharing a context stay together (it runs once per micro-batch); contexts and ends
             # of similar length share micro-batches, so little of each is padding
             order = sorted(range(len(rows)), key=lambda v: (len(contexts[v]), ctx_of[v], spans[v][1]))
+            widths = [spans[v][1] for v in order]  # only the suffixes run (and give logits)
+            chunks = list(token_chunks(len(rows), self.micro_batch_size, self.micro_batch_tokens, widths))
         else:
             self._prepare_student(bool(rows))
-            chunks = self._chunks(len(rows))
             order = sorted(range(len(rows)), key=lambda v: len(contexts[v]) + spans[v][1])  # [ctx; o_<end]
+            chunks = self._chunks(len(rows), [len(contexts[v]) + spans[v][1] for v in order])
         writes: list[tuple[int, Tensor, TopK | None]] = []  # (view, values [S_v, ...], top-k), any order
         for chunk in chunks:
             if not len(chunk):
@@ -574,6 +606,8 @@ class TeacherScorer(Scorer):
             r.micro_batch_size,
             r.cache_bytes,
             micro_batch_tokens=r.micro_batch_tokens,
+            render=r.render,
+            task=r.task,
         )
         self.policy_scorer = policy
 

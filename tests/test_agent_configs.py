@@ -1,15 +1,14 @@
-"""configs/agent/*.yaml: a method's settings for episodes, composed after its configs/method/ file.
+"""A method's text on episodes comes from the environment (``Environment.method_texts``), not from a file.
 
-They exist because the method files are written for the arithmetic quickstart's 24 symbols; on a word
-vocabulary (``lightning_rlvr/envs/vocab.py``) their literal text must be made of tokens every such
-vocabulary has, and the self-conditioned teachers' contexts must keep the layout of an episode.
+On a word vocabulary (``lightning_rlvr/envs/vocab.py``) a method's literal text must be made of tokens
+every such vocabulary has, and the self-conditioned teachers' contexts must keep the layout of an
+episode. ``configs/agent/*.yaml`` hold only run-size settings now (HP-RLVR's batch at G = 1).
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +16,7 @@ import torch
 import yaml
 
 from lightning_rlvr.credit.self_conditioned import ContextTemplate
+from lightning_rlvr.envs.base import Environment
 from lightning_rlvr.envs.episodes import expert_rollout
 from lightning_rlvr.envs.vocab import build_word_tokenizer, tokenizer_for, word_vocabulary
 from tests.conftest import AGENT_CONFIGS, REPO
@@ -26,39 +26,45 @@ OVERLAYS = sorted(AGENT_CONFIGS.glob("*.yaml"))
 TEMPLATES = ("template", "peer_template", "answer_template", "hindsight_template")  # with {fields}
 TEXTS = ("separator", "pass_text", "fail_text", "step_delimiter")  # plain text
 FIELD = re.compile(r"\{(prompt|reference|answer|future|verdict|feedback)\}")
+METHODS = {"sc_grpo": "SCGRPOCredit", "hsd": "HSDCredit", "hp_rlvr": "HPRLVRCredit"}
 
 
-def credit_settings(overlay: Path) -> tuple[str, dict]:
-    """The credit class path and its init_args: the method file's, updated by the overlay's."""
-    method = yaml.safe_load((REPO / "configs" / "method" / overlay.name).read_text())["model"]["credit"]
+def credit_class(key: str):
+    path = yaml.safe_load((REPO / "configs" / "method" / f"{key}.yaml").read_text())["model"]["credit"]
+    module, name = path["class_path"].rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
+
+
+def test_the_environment_has_texts_for_the_self_conditioned_and_hindsight_methods():
+    assert set(Environment.method_texts) >= set(METHODS)
+
+
+@pytest.mark.parametrize("key", sorted(METHODS))
+def test_the_environments_texts_are_settings_of_the_method(key):
+    cls = credit_class(key)
+    assert cls.__name__ == METHODS[key] and cls.texts_key == key
+    assert set(Environment.method_texts[key]) <= set(cls.text_defaults)
+    cls(**Environment.method_texts[key])  # the constructor accepts them
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.stem)
+def test_an_overlay_holds_no_credit_text(overlay):
     extra = (yaml.safe_load(overlay.read_text()).get("model") or {}).get("credit") or {}
-    assert "class_path" not in extra, f"{overlay.name} must not change the method's class"
-    return method["class_path"], {**method.get("init_args", {}), **extra.get("init_args", {})}
+    assert not extra, f"{overlay.name}: a method's text on episodes belongs to the environment"
 
 
-def test_there_are_overlays():
-    assert {p.stem for p in OVERLAYS} >= {"hp_rlvr", "sc_grpo", "hsd"}
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.stem)
-def test_an_overlay_completes_its_method_file_and_the_constructor_accepts_it(overlay):
-    class_path, init_args = credit_settings(overlay)
-    module, name = class_path.rsplit(".", 1)
-    getattr(importlib.import_module(module), name)(**init_args)  # unknown or bad settings raise
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.stem)
-def test_an_overlays_literal_text_is_known_to_every_word_vocabulary(overlay):
+@pytest.mark.parametrize("key", sorted(METHODS))
+def test_the_environments_literal_text_is_known_to_every_word_vocabulary(key):
     """Encoded with a vocabulary of no game at all (special tokens and the base alphabet), the text
     between the placeholders has no <unk>: every game's vocabulary has these tokens too."""
     tok = build_word_tokenizer(word_vocabulary([]))
-    _, init_args = credit_settings(overlay)
-    pieces = [p for key in TEMPLATES if key in init_args for p in FIELD.split(init_args[key])[::2]]
-    pieces += [init_args[key] for key in TEXTS if key in init_args]
+    texts = Environment.method_texts[key]
+    pieces = [p for name in TEMPLATES if name in texts for p in FIELD.split(texts[name])[::2]]
+    pieces += [texts[name] for name in TEXTS if name in texts]
     assert pieces
     for piece in filter(None, pieces):
         ids = tok(piece, add_special_tokens=False)["input_ids"]
-        assert tok.unk_token_id not in ids, f"{overlay.name}: {piece!r} -> {tok.convert_ids_to_tokens(ids)}"
+        assert tok.unk_token_id not in ids, f"{key}: {piece!r} -> {tok.convert_ids_to_tokens(ids)}"
 
 
 @pytest.mark.parametrize("key", ["template", "peer_template", "answer_template"])
@@ -77,16 +83,15 @@ def test_a_self_conditioned_teacher_context_keeps_the_layout_of_an_episode(key):
         assert len(ends) >= 2 and all(ids[t] == tok.eos_token_id for t in ends)
         assert all(not policy[t + 1] for t in ends[:-1])  # an observation follows every action but the last
     encode = lambda text: torch.tensor(tok(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-    scorer = SimpleNamespace(encode=encode)  # Scorer.encode's call
-    users = [o for o in OVERLAYS if key in credit_settings(o)[1]]
-    assert users, f"no overlay sets {key}"
+    scorer = SimpleNamespace(encode=encode, render=None)  # Scorer.encode's call, the plain layout
+    users = [m for m, texts in Environment.method_texts.items() if key in texts]
+    assert users, f"the environment sets no {key}"
     for overlay in users:
-        _, init_args = credit_settings(overlay)
-        template = ContextTemplate(init_args[key])
+        template = ContextTemplate(Environment.method_texts[overlay][key])
         prompt = rollout.prompt_tokens(0).tolist()
         peer = rollout.completion_tokens(1).tolist()
         context = template.build(scorer, rollout, 0, 1 if "reference" in template.fields else None).tolist()
         if "reference" in template.fields:
-            assert context == prompt + peer[:-1] + [tok.eos_token_id] + prompt, overlay.name
+            assert context == prompt + peer[:-1] + [tok.eos_token_id] + prompt, overlay
         else:
-            assert context == prompt, overlay.name
+            assert context == prompt, overlay

@@ -55,6 +55,8 @@ def actual_default(classes: list[type], name: str):
         params = inspect.signature(cls.__init__).parameters
         if name in params:
             default = params[name].default
+            if default is None and name in getattr(cls, "text_defaults", {}):  # None = the task's, else this
+                return cls.text_defaults[name]
             return getattr(cls(), name) if default is None else default  # None = "use the module constant"
     raise AssertionError(f"{name} is not an argument of {[c.__name__ for c in classes]}")
 

@@ -206,8 +206,13 @@ def test_identical_contexts_give_zero_weight_with_a_real_transformer():
     assert credit.metrics["steps_mean"] == 2.5  # 2 and 3 ";"-delimited steps
     assert 0.0 <= credit.metrics["weight_mean"] < 1e-5
     assert credit.advantages.abs().max() < 1e-5
-    other = HPRLVRCredit(step_delimiter=";", hindsight_template=" {future},{verdict}", separator="=")
-    other.pass_text, other.fail_text = "1", "0"
+    other = HPRLVRCredit(
+        step_delimiter=";",
+        hindsight_template=" {future},{verdict}",
+        separator="=",
+        pass_text="1",
+        fail_text="0",
+    )
     assert other.assign(rollout, Scorer(model, rollout, tok)).metrics["weight_mean"] > 1e-3
 
 

@@ -200,7 +200,7 @@ def test_keyword_defaults_and_unspellable_patterns_are_ignored():
     stub = SimpleNamespace(
         encode=lambda t: torch.tensor(ids(t), dtype=torch.long), tokenizer=TOK, policy=None
     )
-    assert not RREDCoTCredit().segment(rollout, stub).any()
+    assert not RREDCoTCredit(answer_cue=" answer:").segment(rollout, stub).any()
 
 
 def test_merging_to_the_target_count_keeps_the_highest_entropy_boundaries():

@@ -172,7 +172,7 @@ def test_template_must_hold_the_reference():
     with pytest.raises(ValueError):
         SCGRPOCredit(template="{prompt}")
     assert math.isclose(SCGRPOCredit().alpha, 0.1)
-    assert "{reference}" in SCGRPOCredit().template.template
+    assert "{reference}" in SCGRPOCredit.text_defaults["template"]
 
 
 @pytest.mark.parametrize("d_value", [0.0, 1e-5, 0.013, 0.7, 3.0])

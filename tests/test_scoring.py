@@ -159,3 +159,32 @@ def test_the_policy_pass_runs_each_shared_prompt_once_and_gives_the_per_row_answ
     switched_off = Scorer(model, rollout, micro_batch_size=8, share_prompts=False)  # the module's switch
     torch.testing.assert_close(switched_off.policy().logp, b.logp, rtol=1e-5, atol=1e-5)
     assert sum(fed) == n_per_row
+
+
+@pytest.mark.parametrize("prefix_cache", [True, False])
+def test_compare_holds_at_most_micro_batch_tokens_of_logits_and_gives_the_same_values(prefix_cache):
+    """A token budget splits the views of ``compare`` so no forward returns more than ``micro_batch_tokens``
+    padded positions of logits (the [m, L, V] tensors and the [m, S, V] distributions a divergence
+    makes from them are what grows with the views); the values do not change."""
+    from lightning_rlvr.models import TinyPolicy
+
+    torch.manual_seed(0)
+    model, _ = TinyPolicy(layers=1, hidden=32, heads=2, intermediate=64, max_positions=64).load()
+    prompts = [[5, 6, 7, 8]] * 3 + [[9, 10]] * 3
+    completions = [[11, 12, EOS], [13, EOS], [EOS], [14, 15, 16, 17, EOS], [12, EOS], [15, 16, EOS]]
+    rollout = make_rollout(prompts, completions)
+    contexts = [torch.tensor([3 + k % 4, 4, 9, 10][: 2 + k % 3]) for k in range(6)]
+    kl = lambda t, s: (t.exp() * (t - s)).sum(-1)  # noqa: E731
+    sizes: list[int] = []  # rows x positions of the logits of every forward
+    model.register_forward_hook(lambda _m, _a, out: sizes.append(out.logits.shape[0] * out.logits.shape[1]))
+    values, largest, calls = {}, {}, {}
+    for budget in (None, 8):
+        scorer = Scorer(model, rollout, micro_batch_size=64, micro_batch_tokens=budget)
+        scorer.prefix_cache = prefix_cache
+        scorer.policy()  # the student's distributions are cached: compare runs only the teachers below
+        sizes.clear()
+        values[budget] = scorer.compare(contexts, list(range(6)), kl)
+        largest[budget], calls[budget] = max(sizes), len(sizes)
+    torch.testing.assert_close(values[8], values[None], rtol=1e-5, atol=1e-6)
+    assert largest[8] < largest[None] and calls[8] > calls[None]
+    assert largest[8] <= (8 + 6 if prefix_cache else max(len(c) + 4 for c in contexts))  # one view may exceed

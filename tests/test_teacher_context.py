@@ -10,13 +10,11 @@ template changes the numbers.
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
-import yaml
 
 from lightning_rlvr.credit.self_conditioned import (
     ContextTemplate,
@@ -186,14 +184,17 @@ def test_peer_sampler_is_seeded_uniform_and_its_state_round_trips(tmp_path):
 
 @pytest.mark.parametrize(
     "name,keys",
-    [("sc_grpo", ["template"]), ("hsd", ["peer_template", "answer_template"])],
+    [
+        ("sc_grpo", ["template"]),
+        ("hsd", ["peer_template", "answer_template"]),
+        ("opsd", ["teacher_template"]),
+    ],
 )
-def test_method_yaml_templates_are_encodable_by_the_tiny_tokenizer(name, keys):
+def test_the_tiny_vocabularys_templates_are_encodable_by_it(name, keys):
     from lightning_rlvr.models import build_tiny_tokenizer
 
     tok = build_tiny_tokenizer()
-    path = Path(__file__).resolve().parents[1] / "configs" / "method" / f"{name}.yaml"
-    init_args = yaml.safe_load(path.read_text())["model"]["credit"]["init_args"]
+    init_args = tok.method_texts[name]
     for key in keys:
         tpl = ContextTemplate(init_args[key])
         assert "prompt" in tpl.fields

@@ -44,7 +44,7 @@ def teacher_token_loss(
         ids = teacher.ids[index]
         store[beyond] = torch.cat([torch.full_like(store[0, 0, :-1], LOG_ZERO), store.new_zeros(1)])
     else:
-        store = teacher[index].clone()  # [n, T, V]
+        store = teacher[index]  # [n, T, V]: advanced indexing copies, so the placeholder below is safe
         store[beyond] = -math.log(store.shape[-1])
     slot = torch.full((N,), -1, dtype=torch.long, device=device)  # row -> its place in store, or -1
     slot[index] = torch.arange(len(rows), device=device)

@@ -62,6 +62,8 @@ import torch
 from torch import Tensor
 
 from lightning_rlvr.credit.base import Credit, CreditAssigner
+from lightning_rlvr.credit.texts import TaskTexts
+from lightning_rlvr.prompts import fill
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import Scorer
 
@@ -91,6 +93,16 @@ def prompt_key(prompt: str) -> int:
     return int.from_bytes(hashlib.blake2b(prompt.encode("utf-8"), digest_size=8).digest(), "little")
 
 
+def template_pieces(template: str) -> list[tuple[str, str | None]]:
+    """(literal text, field or None) pieces of a hindsight template; an unknown field is an error."""
+    pieces = []
+    for literal, field, _spec, _conv in string.Formatter().parse(template):
+        if field is not None and field not in _FIELDS:
+            raise ValueError(f"hindsight_template field {{{field}}} unknown; expected one of {_FIELDS}")
+        pieces.append((literal, field))
+    return pieces
+
+
 def split_steps(is_delim: Tensor, max_steps: int) -> Tensor:
     """Step index of every token of one completion: [L] bool -> [L] long in 0..K-1, K <= max_steps.
 
@@ -107,10 +119,14 @@ def split_steps(is_delim: Tensor, max_steps: int) -> Tensor:
     return raw if n <= max_steps else (raw * max_steps) // n
 
 
-class HPRLVRCredit(CreditAssigner):
+class HPRLVRCredit(TaskTexts, CreditAssigner):
     """c_t = w_t (r - b_x) with w_t = JSD(causal, hindsight) / ln 2 and a per-prompt moving-average baseline.
 
     Args:
+        step_delimiter, hindsight_template, separator, pass_text, fail_text: the method's text; None =
+            the task's text for its plain layout, else the default given here (``credit/texts.py``).
+            With a prompt format, the hindsight and separator follow the prompt's text in the user
+            turn, which is re-rendered (``lightning_rlvr/prompts.py``).
         step_delimiter: text that ends a step [proposed: newline]. Every token whose
             decoded text contains it ends a step (plus ``scorer.encode(step_delimiter)``
             when that is a single token), so BPE tokens that merge a newline still count.
@@ -134,12 +150,12 @@ class HPRLVRCredit(CreditAssigner):
 
     def __init__(
         self,
-        step_delimiter: str = "\n",
+        step_delimiter: str | None = None,
         max_steps: int = 8,
-        hindsight_template: str = "\nLater steps:\n{future}\nVerifier: {verdict}. {feedback}",
-        separator: str = "\nSolution:\n",
-        pass_text: str = "pass",
-        fail_text: str = "fail",
+        hindsight_template: str | None = None,
+        separator: str | None = None,
+        pass_text: str | None = None,
+        fail_text: str | None = None,
         momentum: float = 0.9,
         initial_baseline: float = 0.5,
         max_prompts: int = 100_000,
@@ -151,50 +167,70 @@ class HPRLVRCredit(CreditAssigner):
             raise ValueError("momentum must be in [0, 1]")
         if max_prompts < 1:
             raise ValueError("max_prompts must be >= 1")
-        if not step_delimiter:
-            raise ValueError("step_delimiter must be a non-empty string")
-        self._pieces: list[tuple[str, str | None]] = []  # (literal text, field or None)
-        for literal, field, _spec, _conv in string.Formatter().parse(hindsight_template):
-            if field is not None and field not in _FIELDS:
-                raise ValueError(f"hindsight_template field {{{field}}} unknown; expected one of {_FIELDS}")
-            self._pieces.append((literal, field))
-        self.step_delimiter = step_delimiter
+        self._given = {
+            "step_delimiter": step_delimiter,
+            "hindsight_template": hindsight_template,
+            "separator": separator,
+            "pass_text": pass_text,
+            "fail_text": fail_text,
+        }
+        self.check_texts({k: v for k, v in self._given.items() if v is not None})
         self.max_steps = max_steps
-        self.hindsight_template = hindsight_template
-        self.separator = separator
-        self.pass_text = pass_text
-        self.fail_text = fail_text
         self.momentum = momentum
         self.initial_baseline = initial_baseline
         self.max_prompts = max_prompts
         self.baselines: OrderedDict[int, float] = OrderedDict()  # prompt key -> b_x, oldest first
         self.global_mean = initial_baseline
         self.global_count = 0
-        self._delim_cache: tuple[int, Tensor] | None = None  # (id(tokenizer), ids)
+        self._delim_cache: tuple[int, str, Tensor] | None = None  # (id(tokenizer), delimiter, ids)
+
+    texts_key = "hp_rlvr"
+    text_defaults = {
+        "step_delimiter": "\n",
+        "hindsight_template": "\nLater steps:\n{future}\nVerifier: {verdict}. {feedback}",
+        "separator": "\nSolution:\n",
+        "pass_text": "pass",
+        "fail_text": "fail",
+    }
+
+    def check_texts(self, texts: dict) -> None:
+        if "step_delimiter" in texts and not texts["step_delimiter"]:
+            raise ValueError("step_delimiter must be a non-empty string")
+        if "hindsight_template" in texts:
+            template_pieces(texts["hindsight_template"])
+
+    def literal_texts(self, texts: dict) -> dict[str, list[str]]:
+        out = super().literal_texts(texts)
+        pieces = template_pieces(texts["hindsight_template"])
+        out["hindsight_template"] = [lit for lit, _ in pieces if lit]
+        if not any(field == "verdict" for _, field in pieces):  # verdicts never shown: any text will do
+            out.pop("pass_text"), out.pop("fail_text")
+        return out
 
     # ------------------------------------------------------------------ steps and contexts
     def delimiter_ids(self, scorer: Scorer) -> Tensor:
         """Token ids that end a step: [D] (computed once per tokenizer)."""
-        tok = scorer.tokenizer
-        if self._delim_cache is not None and self._delim_cache[0] == id(tok):
-            return self._delim_cache[1].to(scorer.rollout.completion_ids.device)
+        tok, delimiter = scorer.tokenizer, self.texts(scorer)["step_delimiter"]
+        device = scorer.rollout.completion_ids.device
+        if self._delim_cache is not None and self._delim_cache[:2] == (id(tok), delimiter):
+            return self._delim_cache[2].to(device)
         ids = set()
-        enc = scorer.encode(self.step_delimiter).tolist()
+        enc = scorer.encode(delimiter).tolist()
         if len(enc) == 1:
             ids.add(enc[0])
         vocab = tok.batch_decode([[i] for i in range(len(tok))])  # one decode of the vocabulary
-        ids.update(i for i, text in enumerate(vocab) if self.step_delimiter in text)
+        ids.update(i for i, text in enumerate(vocab) if delimiter in text)
         special = set(getattr(tok, "all_special_ids", []) or [])
         out = torch.tensor(sorted(ids - special), dtype=torch.long)
-        self._delim_cache = (id(tok), out)
-        return out.to(scorer.rollout.completion_ids.device)
+        self._delim_cache = (id(tok), delimiter, out)
+        return out.to(device)
 
     def hindsight_context(
-        self, prompt: Tensor, future: Tensor, verdict: str, feedback: str, encode
+        self, prompt: Tensor, future: Tensor, verdict: str, feedback: str, encode, texts: dict
     ) -> Tensor:
-        """[prompt ; template(future, verdict, feedback) ; separator] as 1-D ids."""
+        """Plain layout: [prompt ; template(future, verdict, feedback) ; separator] as 1-D ids."""
         parts = [prompt]
-        for literal, field in self._pieces:
+        for literal, field in template_pieces(texts["hindsight_template"]):
             if literal:
                 parts.append(encode(literal))
             if field == "future":
@@ -203,14 +239,26 @@ class HPRLVRCredit(CreditAssigner):
                 parts.append(encode(verdict))
             elif field == "feedback" and feedback:
                 parts.append(encode(feedback))
-        if self.separator:
-            parts.append(encode(self.separator))
+        if texts["separator"]:
+            parts.append(encode(texts["separator"]))
         return torch.cat([p.to(prompt.device, torch.long) for p in parts])
+
+    @staticmethod
+    def hindsight_text(prompt: str, future: str, verdict: str, feedback: str, texts: dict) -> str:
+        """Prompt-format layout: the user turn's text, the prompt then the hindsight and the separator."""
+        hindsight = fill(texts["hindsight_template"], future=future, verdict=verdict, feedback=feedback)
+        return prompt + hindsight + texts["separator"]
 
     def views(
         self, rollout: Rollout, scorer: Scorer
     ) -> tuple[list[Tensor], list[int], list[tuple[int, int]]]:
-        """Hindsight contexts, rows and (start, end) spans of every (row, step) view."""
+        """Hindsight contexts, rows and (start, end) spans of every (row, step) view.
+
+        Without a prompt format the context is built on ids (``hindsight_context``); with one, the
+        hindsight goes in the user turn after the prompt's text and ``scorer.render`` re-renders it,
+        so the causal prefix follows the assistant header as the completion followed it.
+        """
+        texts = self.texts(scorer)
         delim = self.delimiter_ids(scorer)  # [D]
         cache: dict[str, Tensor] = {}
 
@@ -231,11 +279,19 @@ class HPRLVRCredit(CreditAssigner):
             keep = (toks != rollout.eos_id) & (toks != rollout.pad_id)  # the future carries no EOS
             prompt = rollout.prompt_tokens(i)
             passed = bool(rollout.correct[i])  # the verifier's verdict
-            verdict = self.pass_text if passed else self.fail_text
+            verdict = texts["pass_text"] if passed else texts["fail_text"]
             feedback = rollout.feedback[i] if i < len(rollout.feedback) else ""
             for start, end in zip(starts, ends):
                 future = toks[end:][keep[end:]]  # steps k+1..K
-                contexts.append(self.hindsight_context(prompt, future, verdict, feedback, encode))
+                if scorer.render is None:
+                    contexts.append(self.hindsight_context(prompt, future, verdict, feedback, encode, texts))
+                else:
+                    text = self.hindsight_text(
+                        rollout.problems[int(rollout.group[i])].prompt,
+                        scorer.tokenizer.decode(future, skip_special_tokens=True),
+                        verdict, feedback, texts,
+                    )  # fmt: skip
+                    contexts.append(scorer.encode(scorer.render(text)))
                 rows.append(i)
                 spans.append((start, end))
         return contexts, rows, spans

@@ -55,6 +55,7 @@ from lightning_rlvr.credit.self_conditioned import (
     generalized_jsd,
     span_mask,
 )
+from lightning_rlvr.credit.texts import TaskTexts
 from lightning_rlvr.objectives import AGGREGATIONS
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import Scorer, TopK
@@ -66,13 +67,16 @@ DEFAULT_PEER_TEMPLATE = (
 DEFAULT_ANSWER_TEMPLATE = "{prompt}\nThe correct final answer is {answer}."
 
 
-class HSDCredit(SelfConditionedCredit):
+class HSDCredit(TaskTexts, SelfConditionedCredit):
     """Hindsight self-distillation (see the module docstring).
 
     Args:
         peer_template: teacher context with a successful peer; placeholders ``{prompt}``,
-            ``{reference}`` (the peer's completion ids), ``{answer}`` (``problem.answer``) [proposed].
-        answer_template: teacher context when no peer success exists (``{prompt}``, ``{answer}``).
+            ``{reference}`` (the peer's completion), ``{answer}`` (``problem.answer``) [proposed].
+            None = the task's text for its plain layout, else ``DEFAULT_PEER_TEMPLATE``
+            (``credit/texts.py``); with a prompt format it is the user turn's text.
+        answer_template: teacher context when no peer success exists (``{prompt}``, ``{answer}``);
+            None as for ``peer_template`` (default ``DEFAULT_ANSWER_TEMPLATE``).
         distill_coef: lambda, the weight of the distillation term [proposed: 1].
         beta: skew of the JSD [proposed: 0.5, the symmetric JSD].
         clip: per-token clip of the JSD [proposed: 0.05].
@@ -87,8 +91,8 @@ class HSDCredit(SelfConditionedCredit):
 
     def __init__(
         self,
-        peer_template: str = DEFAULT_PEER_TEMPLATE,
-        answer_template: str = DEFAULT_ANSWER_TEMPLATE,
+        peer_template: str | None = None,
+        answer_template: str | None = None,
         distill_coef: float = 1.0,
         beta: float = 0.5,
         clip: float = 0.05,
@@ -103,10 +107,9 @@ class HSDCredit(SelfConditionedCredit):
             raise ValueError(f"apply_to must be 'failed' or 'all', got {apply_to!r}")
         if not 0.0 < beta < 1.0:
             raise ValueError(f"beta must lie in (0, 1), got {beta}")
-        self.peer_template = ContextTemplate(peer_template)
-        self.answer_template = ContextTemplate(answer_template)
-        if "reference" in self.answer_template.fields:
-            raise ValueError("the answer-only template cannot contain {reference}")
+        self._given = {"peer_template": peer_template, "answer_template": answer_template}
+        if answer_template is not None:
+            self.check_texts({"answer_template": answer_template})
         self.distill_coef = distill_coef
         self.beta = beta
         self.clip = clip
@@ -120,7 +123,20 @@ class HSDCredit(SelfConditionedCredit):
         self.teacher_top_k = teacher_top_k
         self.distill_agg = distill_agg
 
+    texts_key = "hsd"
+    text_defaults = {"peer_template": DEFAULT_PEER_TEMPLATE, "answer_template": DEFAULT_ANSWER_TEMPLATE}
+
+    def check_texts(self, texts: dict) -> None:
+        if "answer_template" in texts and "reference" in ContextTemplate(texts["answer_template"]).fields:
+            raise ValueError("the answer-only template cannot contain {reference}")
+
+    def literal_texts(self, texts: dict) -> dict[str, list[str]]:
+        return {k: ContextTemplate(v).literals for k, v in texts.items()}
+
     def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
+        texts = self.texts(scorer)
+        peer_template = ContextTemplate(texts["peer_template"])
+        answer_template = ContextTemplate(texts["answer_template"])
         N, T = rollout.completion_ids.shape
         mask = rollout.completion_mask.float()  # [N, T]
         adv = self.group_advantages(rollout)  # [N]
@@ -139,10 +155,10 @@ class HSDCredit(SelfConditionedCredit):
                 peers = [j for j in good if j != i]
                 rows.append(i)
                 if peers:
-                    templates.append(self.peer_template)
+                    templates.append(peer_template)
                     refs.append(self.peers.choice(peers))
                 else:  # no other success in the group: answer-only teacher
-                    templates.append(self.answer_template)
+                    templates.append(answer_template)
                     refs.append(None)
 
         # ---- one batched teacher pass returning, per token, the JSD and the teacher's distribution

@@ -64,7 +64,8 @@ class OPDCredit(OPSDCredit):
     Args:
         teacher: where the teacher model and tokenizer come from.
         teacher_warm_start: supervised warm start of the teacher before RL (cached); None = as loaded.
-        teacher_template: the teacher's context (``{prompt}``, ``{answer}``) [paper: the prompt alone].
+        teacher_template: the teacher's context (``{prompt}``, ``{answer}``) [paper: the prompt alone];
+            None = the task's text for its plain layout (``credit/texts.py``), else ``{prompt}``.
         distill_coef: weight of the divergence term [proposed: 1].
         pg_coef: weight of the GRPO term; 0 = pure distillation [proposed: 0].
         divergence: ``reverse_kl`` [paper] or ``jsd``.
@@ -78,7 +79,7 @@ class OPDCredit(OPSDCredit):
         self,
         teacher: PolicySource,
         teacher_warm_start: WarmStart | None = None,
-        teacher_template: str = "{prompt}",
+        teacher_template: str | None = None,
         distill_coef: float = 1.0,
         pg_coef: float = 0.0,
         divergence: Divergence = "reverse_kl",
@@ -101,6 +102,9 @@ class OPDCredit(OPSDCredit):
         self.teacher_warm_start = teacher_warm_start
         self.teacher_warm_start_summary: dict | None = None
         self._teacher: list = []  # [model] once loaded; a list keeps it out of any module registration
+
+    texts_key = "opd"
+    text_defaults = {"teacher_template": "{prompt}"}
 
     @property
     def teacher_model(self):

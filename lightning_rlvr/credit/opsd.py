@@ -45,6 +45,7 @@ from lightning_rlvr.credit.self_conditioned import (
     generalized_jsd,
     span_mask,
 )
+from lightning_rlvr.credit.texts import TaskTexts
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import Scorer
 
@@ -73,13 +74,14 @@ def distill_divergence(
     return generalized_jsd(teacher_logp.clamp(min=floor), student_logp.clamp(min=floor), beta)
 
 
-class OPSDCredit(CreditAssigner):
+class OPSDCredit(TaskTexts, CreditAssigner):
     """On-policy self-distillation (see the module docstring).
 
     Args:
         teacher_template: the teacher's context, with ``{prompt}`` (the row's prompt ids) and
             ``{answer}`` (``problem.answer``) [paper: the prompt plus privileged information; the
-            wording is ours].
+            wording is ours]. None = the task's text for its plain layout, else
+            ``DEFAULT_ANSWER_TEMPLATE`` (``credit/texts.py``); with a prompt format, the user turn's text.
         distill_coef: weight of the divergence term [proposed: 1].
         pg_coef: weight of the GRPO term (scales the advantages); 0 = pure distillation [proposed: 0].
         divergence: ``reverse_kl`` = KL(student || teacher) [paper] or ``jsd`` (generalised JSD).
@@ -93,7 +95,7 @@ class OPSDCredit(CreditAssigner):
 
     def __init__(
         self,
-        teacher_template: str = DEFAULT_ANSWER_TEMPLATE,
+        teacher_template: str | None = None,
         distill_coef: float = 1.0,
         pg_coef: float = 0.0,
         divergence: Divergence = "reverse_kl",
@@ -111,15 +113,25 @@ class OPSDCredit(CreditAssigner):
             raise ValueError(f"apply_to must be 'all' or 'failed', got {apply_to!r}")
         if not math.isfinite(logp_floor):
             raise ValueError(f"logp_floor must be a finite number, got {logp_floor}")
-        self.teacher_template = ContextTemplate(teacher_template)
-        if "reference" in self.teacher_template.fields:
-            raise ValueError("the teacher template cannot contain {reference} (no peer rollout here)")
+        self._given = {"teacher_template": teacher_template}
+        if teacher_template is not None:
+            self.check_texts(self._given)
         self.distill_coef = distill_coef
         self.pg_coef = pg_coef
         self.divergence = divergence
         self.beta = beta
         self.logp_floor = logp_floor
         self.apply_to = apply_to
+
+    texts_key = "opsd"
+    text_defaults = {"teacher_template": DEFAULT_ANSWER_TEMPLATE}
+
+    def check_texts(self, texts: dict) -> None:
+        if "reference" in ContextTemplate(texts["teacher_template"]).fields:
+            raise ValueError("the teacher template cannot contain {reference} (no peer rollout here)")
+
+    def literal_texts(self, texts: dict) -> dict[str, list[str]]:
+        return {"teacher_template": ContextTemplate(texts["teacher_template"]).literals}
 
     def teacher_scorer(self, scorer: Scorer) -> Scorer:
         """The scorer whose model is the teacher: the policy itself (OPD overrides this)."""
@@ -129,6 +141,7 @@ class OPSDCredit(CreditAssigner):
         return distill_divergence(student_logp, teacher_logp, self.divergence, self.beta, self.logp_floor)
 
     def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
+        template = ContextTemplate(self.texts(scorer)["teacher_template"])
         N, T = rollout.completion_ids.shape
         mask = rollout.completion_mask.float()  # [N, T]
         adv = self.pg_coef * self.group_advantages(rollout)  # [N]
@@ -142,7 +155,7 @@ class OPSDCredit(CreditAssigner):
         scorer.policy()  # the student side, on every rank (FSDP: all ranks run the same forwards)
         teacher = self.teacher_scorer(scorer)
         both = SelfConditionedCredit.teacher_scores(
-            teacher, rollout, rows, [self.teacher_template] * len(rows), [None] * len(rows), div_and_teacher
+            teacher, rollout, rows, [template] * len(rows), [None] * len(rows), div_and_teacher
         )  # [N, T, 1 + V] (or [N, T] zeros when no row is distilled)
         div = both[..., 0] if both.dim() == 3 else both  # [N, T] at rollout time
         token_loss = None

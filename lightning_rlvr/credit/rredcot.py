@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from lightning_rlvr.credit.base import Credit, CreditAssigner
+from lightning_rlvr.credit.texts import TaskTexts
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import Scorer
 
@@ -191,7 +192,7 @@ class Redistribution:
     model_value_last: Tensor  # [N] the last value estimated by the model (before the reward replaces it)
 
 
-class RREDCoTCredit(CreditAssigner):
+class RREDCoTCredit(TaskTexts, CreditAssigner):
     """Reward redistribution over reasoning segments, valued by the model's own answer probability.
 
     Args:
@@ -201,6 +202,9 @@ class RREDCoTCredit(CreditAssigner):
             matched with and without a leading space.
         answer_cue: text between the partial chain and the reference answer in the value
             query [proposed: " The answer is "].
+            ``boundary_texts``, ``keywords`` and ``answer_cue`` left None come from the task for its
+            plain layout, else the defaults above (``credit/texts.py``); boundary texts and keywords
+            the vocabulary cannot spell are skipped, an unspellable cue is an error.
         delta_frac: delta = delta_frac * mean_k |r_k| in the weight formula [proposed]; relative to
             the row's own scale, so weights do not depend on the magnitude of its values.
         last_value_is_reward: V after the last segment is the final reward [proposed]; when
@@ -217,7 +221,7 @@ class RREDCoTCredit(CreditAssigner):
         num_segments: int = 4,
         boundary_texts: list[str] | None = None,
         keywords: list[str] | None = None,
-        answer_cue: str = " The answer is ",
+        answer_cue: str | None = None,
         delta_frac: float = 0.01,
         last_value_is_reward: bool = True,
         segment_turns: bool = True,
@@ -227,23 +231,32 @@ class RREDCoTCredit(CreditAssigner):
         if num_segments < 1:
             raise ValueError("num_segments must be >= 1")
         self.num_segments = num_segments
-        self.boundary_texts = list(DEFAULT_BOUNDARY_TEXTS if boundary_texts is None else boundary_texts)
-        self.keywords = list(DEFAULT_KEYWORDS if keywords is None else keywords)
-        self.answer_cue = answer_cue
+        self._given = {"boundary_texts": boundary_texts, "keywords": keywords, "answer_cue": answer_cue}
         self.delta_frac = delta_frac
         self.last_value_is_reward = last_value_is_reward
         self.segment_turns = segment_turns
 
+    texts_key = "rredcot"
+    text_defaults = {
+        "boundary_texts": DEFAULT_BOUNDARY_TEXTS,
+        "keywords": DEFAULT_KEYWORDS,
+        "answer_cue": " The answer is ",
+    }
+
+    def literal_texts(self, texts: dict) -> dict[str, list[str]]:
+        return {"answer_cue": [texts["answer_cue"]] if texts["answer_cue"] else []}
+
     # ------------------------------------------------------------------ segmentation
     def _patterns(self, scorer: Scorer) -> tuple[list[Tensor], list[list[Tensor]]]:
+        texts = self.texts(scorer)
         unk = getattr(scorer.tokenizer, "unk_token_id", None)
 
         def ok(ids: Tensor) -> bool:  # a pattern the vocabulary cannot spell would match every <unk>
             return len(ids) > 0 and (unk is None or unk not in ids.tolist())
 
-        after = [ids for ids in (scorer.encode(t) for t in self.boundary_texts) if ok(ids)]
+        after = [ids for ids in (scorer.encode(t) for t in texts["boundary_texts"]) if ok(ids)]
         before = []
-        for kw in self.keywords:
+        for kw in texts["keywords"]:
             variants = {
                 tuple(ids.tolist()) for ids in (scorer.encode(" " + kw), scorer.encode(kw)) if ok(ids)
             }
@@ -283,7 +296,7 @@ class RREDCoTCredit(CreditAssigner):
         Kmax = int(n_seg.max()) if N else 1
         content = self._content_lengths(rollout)  # [N]
 
-        cue = scorer.encode(self.answer_cue)
+        cue = scorer.encode(self.texts(scorer)["answer_cue"])
         answers = [scorer.encode(p.answer) for p in rollout.problems]
         group = rollout.group.tolist()
         active = (adv != 0) & torch.tensor([len(answers[g]) > 0 for g in group], device=device)

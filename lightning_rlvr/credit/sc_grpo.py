@@ -46,6 +46,7 @@ from lightning_rlvr.credit.self_conditioned import (
     quantile,
     span_mask,
 )
+from lightning_rlvr.credit.texts import TaskTexts
 from lightning_rlvr.distributed import gather_values
 from lightning_rlvr.objectives import standardize
 from lightning_rlvr.rollout import Rollout
@@ -57,12 +58,13 @@ DEFAULT_TEMPLATE = (
 )
 
 
-class SCGRPOCredit(SelfConditionedCredit):
+class SCGRPOCredit(TaskTexts, SelfConditionedCredit):
     """SC-GRPO token weights (see the module docstring).
 
     Args:
-        template: teacher context; ``{prompt}`` = the row's prompt ids, ``{reference}`` = the
-            reference rollout's completion ids [proposed].
+        template: the teacher's prompt with ``{prompt}`` and ``{reference}`` (the reference rollout's
+            completion) [proposed]; None = the task's text for its plain layout, else
+            ``DEFAULT_TEMPLATE`` (``credit/texts.py``). With a prompt format it is the user turn's text.
         alpha: scale of the diversity advantage in all-wrong groups [proposed].
         quantile_level: percentile of D that sets c [paper: 0.75].
         c_min: floor of c [paper: 1e-4].
@@ -73,7 +75,7 @@ class SCGRPOCredit(SelfConditionedCredit):
 
     def __init__(
         self,
-        template: str = DEFAULT_TEMPLATE,
+        template: str | None = None,
         alpha: float = 0.1,
         quantile_level: float = 0.75,
         c_min: float = 1e-4,
@@ -82,15 +84,26 @@ class SCGRPOCredit(SelfConditionedCredit):
         scale_by_std: bool = True,
     ) -> None:
         super().__init__(seed=seed, scale_by_std=scale_by_std)
-        self.template = ContextTemplate(template)
-        if "reference" not in self.template.fields:
-            raise ValueError("the SC-GRPO template must contain {reference}")
+        self._given = {"template": template}
+        if template is not None:
+            self.check_texts(self._given)
         self.alpha = alpha
         self.quantile_level = quantile_level
         self.c_min = c_min
         self.eps = eps
 
+    texts_key = "sc_grpo"
+    text_defaults = {"template": DEFAULT_TEMPLATE}
+
+    def check_texts(self, texts: dict) -> None:
+        if "reference" not in ContextTemplate(texts["template"]).fields:
+            raise ValueError("the SC-GRPO template must contain {reference}")
+
+    def literal_texts(self, texts: dict) -> dict[str, list[str]]:
+        return {"template": ContextTemplate(texts["template"]).literals}
+
     def assign(self, rollout: Rollout, scorer: Scorer) -> Credit:
+        template = ContextTemplate(self.texts(scorer)["template"])
         mask = rollout.completion_mask.float()  # [N, T]
         adv = self.group_advantages(rollout)  # [N]
         correct = self.correct(rollout)
@@ -127,7 +140,7 @@ class SCGRPOCredit(SelfConditionedCredit):
 
         # ---- one batched teacher pass: D_{i,t} = KL(teacher || student)
         D = self.teacher_scores(
-            scorer, rollout, rows, [self.template] * len(rows), refs, kl_divergence, spans
+            scorer, rollout, rows, [template] * len(rows), refs, kl_divergence, spans
         )  # [N, T]
         active = span_mask(rollout, rows, spans)  # [N, T] scored tokens
         d_active = gather_values(D[active])  # the percentile is over the whole batch, on every rank

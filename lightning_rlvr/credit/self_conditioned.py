@@ -12,16 +12,24 @@ This module holds what the two share:
 
 ``ContextTemplate``
     A template string with the placeholders ``{prompt}``, ``{reference}`` and
-    ``{answer}``, turned into context ids *on token ids*: ``{prompt}`` is the
-    row's own prompt ids (exactly what the student saw), ``{reference}`` the
-    peer's completion ids with its EOS removed (no re-tokenisation of decoded
-    text), ``{answer}`` the encoded ``problem.answer``, and the literal text in
-    between is encoded with ``scorer.encode``. Literal text is encoded piece
-    by piece, so a BPE merge across a placeholder boundary cannot shift the
-    ids of the rollout's own tokens. Other braces in the template are literal.
-    The completion follows the last template token, so the teacher scores
-    completion token t at the position right after ``context + o_{i,<t}``
-    (``Scorer.compare`` pins the alignment).
+    ``{answer}``: the privileged text of the teacher's prompt. Two layouts:
+
+    * with a prompt format (``scorer.render``, e.g. a chat template): the template
+      is the text of the *user* turn -- ``{prompt}`` the problem's prompt text,
+      ``{reference}`` the peer's decoded completion, ``{answer}`` ``problem.answer``
+      -- and ``render`` wraps it exactly as it wrapped the student's prompt (system
+      message, user turn, assistant header), so the privileged text sits in the
+      user turn and the completion follows the assistant header;
+    * plain (no prompt format): context ids are built *on token ids*: ``{prompt}``
+      is the row's own prompt ids (exactly what the student saw), ``{reference}``
+      the peer's completion ids with its EOS removed (no re-tokenisation of
+      decoded text), ``{answer}`` the encoded ``problem.answer``, and the literal
+      text in between is encoded piece by piece, so a BPE merge across a
+      placeholder boundary cannot shift the ids of the rollout's own tokens.
+
+    Other braces in the template are literal. The completion follows the last
+    context token, so the teacher scores completion token t at the position right
+    after ``context + o_{i,<t}`` (``Scorer.compare`` pins the alignment).
 
 ``PeerSampler``
     Uniform peer choice from a seeded ``torch.Generator`` (CPU). Its state is
@@ -47,6 +55,7 @@ import torch
 from torch import Tensor
 
 from lightning_rlvr.credit.base import CreditAssigner
+from lightning_rlvr.prompts import fill
 from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import DivergenceFn, Scorer, TopK
 
@@ -141,6 +150,11 @@ class ContextTemplate:
     def __repr__(self) -> str:
         return f"ContextTemplate({self.template!r})"
 
+    @property
+    def literals(self) -> list[str]:
+        """The template's own text between its placeholders."""
+        return [text for is_field, text in self.parts if not is_field]
+
     def build(
         self,
         scorer: Scorer,
@@ -155,6 +169,8 @@ class ContextTemplate:
         """
         cache = {} if cache is None else cache
         device = rollout.completion_ids.device
+        if getattr(scorer, "render", None) is not None:  # privileged text in the user turn, rendered
+            return scorer.encode(scorer.render(self.user_text(scorer, rollout, row, reference)))
         pieces: list[Tensor] = []
         for is_field, text in self.parts:
             if not is_field:
@@ -170,6 +186,18 @@ class ContextTemplate:
         if not pieces:
             return torch.zeros(0, dtype=torch.long, device=device)
         return torch.cat([p.to(device=device, dtype=torch.long) for p in pieces])
+
+    def user_text(self, scorer: Scorer, rollout: Rollout, row: int, reference: int | None = None) -> str:
+        """The teacher's user message for ``row``: the template filled with text (prompt-format layout)."""
+        if reference is None and "reference" in self.fields:
+            raise ValueError(f"template {self.template!r} needs a reference rollout")
+        problem = rollout.problems[int(rollout.group[row])]
+        peer = (
+            ""
+            if reference is None
+            else scorer.tokenizer.decode(reference_ids(rollout, reference), skip_special_tokens=True)
+        )
+        return fill(self.template, prompt=problem.prompt, reference=peer, answer=problem.answer)
 
 
 def _encode(scorer: Scorer, text: str, cache: dict[str, Tensor]) -> Tensor:

