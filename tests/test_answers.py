@@ -130,3 +130,22 @@ def test_the_parser_reads_real_smollm2_completions_as_a_person_does():
         got = parser(row["completion"])
         assert got == row["answer"], row
         assert (got is not None and int(got) == int(row["reference"])) is row["correct"], row
+
+
+@pytest.mark.parametrize(
+    "completion, fmt",
+    [
+        ("First 3+4=7. <answer>  7</answer> and <answer> 12</answer>", "tag"),
+        ("so \\boxed{ 12} but really \\boxed{12}", "boxed"),
+        ("#### 5\nthen #### 12", "hash"),
+        ("Answer: 5. Final answer:   12", "colon"),
+        ("the answer is 5, no, the answer is 12", "is"),
+        ("5 then 7 then 12", "last"),
+    ],
+)
+def test_start_points_at_the_text_the_answer_is_read_from(completion, fmt):
+    parser = AnswerParser(formats=[fmt], kind="number")
+    start = parser.start(completion)
+    assert parser.find(completion) == ("12", fmt)
+    assert completion[start:].startswith("12")  # the last occurrence, blanks skipped
+    assert AnswerParser(formats=[fmt], kind="number").start("no number here") is None

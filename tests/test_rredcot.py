@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from lightning_rlvr.credit.rredcot import (
+    DEFAULT_KEYWORDS,
     RREDCoTCredit,
     candidate_boundaries,
     redistribute,
@@ -192,7 +193,8 @@ def test_candidates_after_boundary_text_and_before_keywords():
 
 
 def test_keyword_defaults_and_unspellable_patterns_are_ignored():
-    # with the tiny vocabulary the default "\n\n" and words encode to <unk>: they must match nothing
+    # patterns the tiny vocabulary cannot spell ("\n\n", English keywords: <unk>) must match nothing
+    # (the tiny tokenizer's own defaults are ";" steps, so the unspellable ones are given here)
     comp = torch.tensor([ids("1;2") + [TOK.unk_token_id, 7, TOK.eos_token_id]])
     rollout = SimpleNamespace(
         completion_ids=comp, lengths=torch.tensor([comp.shape[1]]), eos_id=TOK.eos_token_id
@@ -200,7 +202,8 @@ def test_keyword_defaults_and_unspellable_patterns_are_ignored():
     stub = SimpleNamespace(
         encode=lambda t: torch.tensor(ids(t), dtype=torch.long), tokenizer=TOK, policy=None
     )
-    assert not RREDCoTCredit(answer_cue=" answer:").segment(rollout, stub).any()
+    credit = RREDCoTCredit(boundary_texts=["\n\n"], keywords=list(DEFAULT_KEYWORDS), answer_cue=" answer:")
+    assert not credit.segment(rollout, stub).any()
 
 
 def test_merging_to_the_target_count_keeps_the_highest_entropy_boundaries():

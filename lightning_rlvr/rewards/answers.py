@@ -135,6 +135,24 @@ class AnswerParser:
                 return answer, fmt
         return None
 
+    def start(self, completion: str, lines: int = 1) -> int | None:
+        """Offset of the first non-blank character of the text ``find`` reads its answer from, or None."""
+        found = self.find(completion, lines)
+        if found is None:
+            return None
+        fmt = found[1]
+        if fmt == "tag":
+            pos = list(self._tag.finditer(completion))[-1].start(1)
+        elif fmt == "boxed":
+            pos = list(_BOXED.finditer(completion))[-1].end()
+        elif fmt == "last":
+            pos = list(SIGNED_NUMBER.finditer(completion))[-1].start()
+        else:
+            pos = list({"hash": _HASH, "colon": _COLON, "is": _IS}[fmt].finditer(completion))[-1].end()
+        while pos < len(completion) and completion[pos].isspace():
+            pos += 1
+        return pos
+
     def __call__(self, completion: str, lines: int = 1) -> str | None:
         """The answer ``completion`` commits to, or None."""
         found = self.find(completion, lines)

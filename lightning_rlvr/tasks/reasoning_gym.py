@@ -56,21 +56,6 @@ def extract_answer(completion: str, lines: int = 1) -> str | None:
     return RG_ANSWERS(completion, lines)
 
 
-def answer_start(completion: str) -> int | None:
-    """Offset of the first non-blank character of the answer ``extract_answer`` reads, or None."""
-    tags = list(_TAG.finditer(completion))
-    if tags:
-        start = tags[-1].start(1)
-    else:
-        cues = list(_CUE.finditer(completion))
-        if not cues:
-            return None
-        start = cues[-1].end()
-    while start < len(completion) and completion[start].isspace():
-        start += 1
-    return start
-
-
 def _largest_valid_size(config_cls: type, config: dict[str, Any], seed: int, wanted: int) -> int:
     """The largest ``size <= wanted`` that the dataset's config accepts (its ``validate``), or ``wanted``."""
 
@@ -216,7 +201,7 @@ class ReasoningGymTask(Task):
         wrong = first_wrong_result(completion)
         if wrong is not None:
             return wrong
-        span = answer_start(completion)
+        span = self.answers.start(completion, lines=len(problem.answer.strip().splitlines()) or 1)
         if span is None:
             return len(completion)
         reference = _tidy(problem.answer)
