@@ -49,6 +49,7 @@ class Progress:
         enabled: False writes nothing (e.g. on ranks other than 0).
         stream: where to write (default stderr); a TTY gets a bar, anything else plain lines.
         bar: force the bar (True) or plain lines (False) instead of asking the stream.
+        estimate: show the time left (off when ``total`` is only a bound, e.g. a step limit).
     """
 
     def __init__(
@@ -60,10 +61,11 @@ class Progress:
         enabled: bool = True,
         stream: IO | None = None,
         bar: bool | None = None,
+        estimate: bool = True,
     ) -> None:
         self.total, self.desc, self.unit, self.every_s = total, desc, unit, every_s
         self.stream = sys.stderr if stream is None else stream
-        self.enabled = enabled
+        self.enabled, self.estimate = enabled, estimate
         self.n = 0
         self.postfix: dict[str, Any] = {}
         self.start = self._last = time.monotonic()
@@ -76,7 +78,8 @@ class Progress:
 
             self._bar = tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True, file=self.stream)
         else:
-            say(f"{desc}: started" + (f", {total} {unit}".rstrip() if total is not None else ""), self.stream)
+            size = "" if total is None else f", {'at most ' if not estimate else ''}{total} {unit}".rstrip()
+            say(f"{desc}: started{size}", self.stream)
 
     def __enter__(self) -> Progress:
         return self
@@ -88,7 +91,7 @@ class Progress:
         elapsed = time.monotonic() - self.start
         count = f"{self.n}/{self.total}" if self.total is not None else str(self.n)
         parts = [f"{self.desc}: {count} {self.unit}".rstrip(), f"{_seconds(elapsed)} elapsed"]
-        if not final and self.total and 0 < self.n < self.total:
+        if self.estimate and not final and self.total and 0 < self.n < self.total:
             parts.append(f"~{_seconds(elapsed * (self.total - self.n) / self.n)} left")
         parts += [f"{k} {v}" for k, v in self.postfix.items()]
         return ", ".join(parts) + (" (done)" if final else "")
