@@ -17,12 +17,15 @@ missing or disagrees with a file (torn, truncated, corrupted, a file gone) is ne
 line says so and the warm start trains again.
 
 Reproducibility. The stopping point is a sampled accuracy on a few problems, so a float rounding
-difference anywhere in training flips samples and moves it (the agent quickstart: 110 steps on one
-run, 130 on another). Matmul reductions on CPU split differently with the number of threads, so the
-warm start trains with ``threads`` torch threads (1 by default, whatever the run uses after), which
-makes it the same on every run of one machine. What still differs between machines (CPU instruction
-set, device, torch version) is recorded with the result: the line each run prints, ``summary.json``
-and the run's logged hyperparameters (``warm_start/*``: key, steps, accuracy, where it was trained).
+difference anywhere in training flips samples and moves it. Within one machine the result is a
+pure function of the key (measured on the agent quickstart: 130 steps, accuracy 0.3125 and
+bit-identical weights with 1 and with 2 threads, pool generated in other processes under other hash
+seeds). Thread count is a known source of rounding differences on bigger CPUs (how reductions are
+split), so the warm start trains with ``threads`` torch threads (1 by default; None for the run's own,
+faster for real models on many cores), part of the key. What can still differ between machines (CPU
+instruction set, GPU, torch version) is recorded with the result: the line each run prints,
+``summary.json`` and the run's logged hyperparameters (``warm_start/*``: key, steps, accuracy, where
+it was trained), so two runs that started from different warm starts show it.
 """
 
 from __future__ import annotations
