@@ -104,8 +104,8 @@ class CollapseGuard(Callback):
             pl_module.log("collapsed", float(self.streak), prog_bar=True, logger=False, batch_size=1)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        if self.patience == 0 or trainer.global_rank != 0:
-            return
+        if self.patience == 0 or trainer.global_rank != 0 or self.steps == 0:
+            return  # (a 0-step fit, e.g. a sweep's warm-start job, has nothing to sum up)
         say(self.summary())
         if trainer.logger is not None:
             trainer.logger.log_metrics(

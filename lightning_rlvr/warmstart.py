@@ -198,21 +198,24 @@ class WarmStart:
         """
         engine = engine or HFGenerateEngine()
         key = self.key(policy, task, engine, render)
+        rank0 = not dist.is_initialized() or dist.get_rank() == 0
         path = cache_root() / "warmstart" / key
         if self.cache and path.exists():
             summary = self._load(path, model, engine)
             if summary is not None:
-                say(f"warm start {key}: loaded from {path} ({_describe(summary)})")
+                if rank0:
+                    say(f"warm start {key}: loaded from {path} ({_describe(summary)})")
                 return {**summary, "key": key, "cached": True}
         started = time.perf_counter()
         with torch.random.fork_rng(devices=[]), torch_threads(self.threads):
             torch.manual_seed(self.seed)
             summary = {**self._train(model, tokenizer, task, engine, render), "machine": machine()}
         summary["seconds"] = round(time.perf_counter() - started, 1)
-        say(f"warm start {key}: {_describe(summary)}, {summary['seconds']:.0f} s")
+        if rank0:
+            say(f"warm start {key}: {_describe(summary)}, {summary['seconds']:.0f} s")
         # Every rank trained the same weights; only rank 0 writes (transformers' save_pretrained
         # skips the weights on other ranks). The entry appears whole, its manifest written last.
-        if self.cache and (not dist.is_initialized() or dist.get_rank() == 0):
+        if self.cache and rank0:
             with atomic_dir(path) as tmp:
                 model.save_pretrained(tmp)
                 tokenizer.save_pretrained(tmp)
