@@ -19,6 +19,7 @@ def test_plain_lines_carry_the_count_the_elapsed_time_and_the_time_left():
     assert lines[0] == "lightning-rlvr: textworld pool: started, 3 games"
     assert re.fullmatch(r"lightning-rlvr: textworld pool: 1/3 games, \d+ s elapsed, ~\d+ s left", lines[1])
     assert re.fullmatch(r"lightning-rlvr: textworld pool: 3/3 games, \d+ s elapsed \(done\)", lines[-1])
+    assert len(lines) == 4  # started, 1/3, 2/3, done: the last count is said once
 
 
 def test_plain_lines_come_at_most_every_every_s_and_a_bound_gives_no_estimate():

@@ -110,7 +110,7 @@ class Progress:
             self._bar.update(n)
             return
         now = time.monotonic()
-        if now - self._last >= self.every_s:
+        if now - self._last >= self.every_s and self.n != self.total:  # the last one: close() says it
             self._last = now
             say(self._line(final=False), self.stream)
 
