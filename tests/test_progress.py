@@ -59,7 +59,8 @@ def test_building_the_game_pool_reports_progress(tmp_path, monkeypatch, capsys):
     assert "textworld pool" in err and "started, 3 games" in err and "3/3 games" in err and "(done)" in err
 
 
-def test_a_fit_and_a_test_report_warm_start_and_evaluation_progress(run_cli, tmp_path, capsys):
+def test_a_fit_and_a_test_report_warm_start_and_evaluation_progress(run_cli, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("LIGHTNING_RLVR_CACHE", str(tmp_path / "cache"))  # the warm start trains, not loads
     fit = run_cli("fit", configs=(QUICKSTART, TINY))
     err = capsys.readouterr().err
     assert "warm start: started, at most 20 steps" in err
