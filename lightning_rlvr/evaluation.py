@@ -6,9 +6,9 @@ the unbiased estimator) and, for tasks with a final answer (``Task.extract_answe
 maj@n over all n samples. Sampling runs under a forked RNG seeded by ``eval_seed`` and the
 batch index, so evaluation never shifts the training stream and is the same at every
 validation. A fresh fit also logs ``val/pass@1`` at step 0: the baseline RL starts from.
-``eval_greedy`` decodes greedily instead. A long evaluation logs a progress line (batches done,
-pass@1 so far on this rank) about every tenth of its batches, so a log file shows it is alive;
-``log_samples`` writes its first rows to ``samples/<stage>.jsonl``.
+``eval_greedy`` decodes greedily instead; ``log_samples`` writes an evaluation's first rows to
+``samples/<stage>.jsonl``. Progress: the baseline before RL, validation and test show a bar on a
+terminal and write plain lines (``core/progress.py``) when output goes to a file.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 
+from lightning_rlvr.core.progress import Progress, is_tty
 from lightning_rlvr.metrics import MajorityAtK, PassAtK
 from lightning_rlvr.tasks.base import Problem, Task, safe_extract_answer
 
@@ -37,15 +37,33 @@ class Evaluation:
         self.test_maj = MajorityAtK(n) if has_answers else None
 
     def on_train_start(self) -> None:
+        self.log_warm_start()
         if not (self.validate_at_start and self.rl_step == 0 and self.trainer.datamodule is not None):
             return
         metric = PassAtK(1).to(self.device)
-        for i, batch in enumerate(self.trainer.datamodule.val_dataloader()):
-            self._evaluate(batch, i, {"1": metric}, stage=None)
-        value = float(metric.compute())
+        loader = self.trainer.datamodule.val_dataloader()
+        total = len(loader) if hasattr(loader, "__len__") else None
+        with Progress(total, "val before RL", unit="batches", enabled=self.global_rank == 0) as progress:
+            for i, batch in enumerate(loader):
+                self._evaluate(batch, i, {"1": metric}, stage=None)
+                progress.update()
+            value = float(metric.compute())
+            progress.set_postfix(**{"pass@1": f"{value:.3f}"})
         log.info("val/pass@1 before RL: %.4f", value)
         if self.logger is not None:
             self.logger.log_metrics({"val/pass@1": value}, step=0)
+
+    def log_warm_start(self) -> None:
+        """Name the warm start this run used in its hyperparameters and metrics (key, steps, accuracy)."""
+        summary = getattr(self, "warm_start_summary", None)
+        if summary is None or self.logger is None or self.rl_step != 0:
+            return
+        where = summary.get("machine", {})
+        params = {"key": summary.get("key"), "cached": summary.get("cached"), "steps": summary["steps"]}
+        params |= {"accuracy": summary["accuracy"], **{f"trained_{k}": v for k, v in where.items()}}
+        self.logger.log_hyperparams({f"warm_start/{k}": v for k, v in params.items()})
+        metrics = {"warm_start/steps": float(summary["steps"]), "warm_start/accuracy": summary["accuracy"]}
+        self.logger.log_metrics(metrics, step=0)
 
     def _evaluate(
         self,
@@ -62,7 +80,7 @@ class Evaluation:
         self.verify(rollout)
         correct = rollout.correct.view(len(batch), self.eval_samples)  # [B, n] bool
         if stage is not None:
-            self._progress(stage, batch_idx, rollout, correct)
+            self._write_eval_samples(stage, batch_idx, rollout)
         for k, metric in metrics.items():
             metric.update(correct)
             if stage is not None:
@@ -73,21 +91,51 @@ class Evaluation:
             majority.update([answers[i * n : (i + 1) * n] for i in range(len(batch))], correct)
             self.log(f"{stage}/maj@{majority.k}", majority, on_step=False, on_epoch=True)
 
-    def _progress(self, stage: str, batch_idx: int, rollout, correct: torch.Tensor) -> None:
-        """Samples of the evaluation's first rows, and a progress line about every tenth of its batches."""
+    def _write_eval_samples(self, stage: str, batch_idx: int, rollout) -> None:
+        """The evaluation's first ``log_samples`` rows to ``samples/<stage>.jsonl``."""
         if batch_idx == 0:
-            self._eval_tally = [0, 0]  # correct, samples on this rank
-        done = self._eval_tally[1]
-        self.write_samples(stage, rollout, max(0, min(self.log_samples - done, rollout.num_rows)))
-        self._eval_tally = [self._eval_tally[0] + int(correct.sum()), done + correct.numel()]
-        counts = getattr(self.trainer, f"num_{'val' if stage == 'val' else stage}_batches", None) or [0]
-        total = int(sum(counts)) if all(c != float("inf") for c in counts) else 0
-        if total and ((batch_idx + 1) % max(1, total // 10) == 0 or batch_idx + 1 == total):
-            rate = self._eval_tally[0] / max(self._eval_tally[1], 1)
-            rank_zero_info(f"{stage}: batch {batch_idx + 1}/{total}, pass@1 so far {rate:.3f}")
+            self._eval_rows = 0  # rows seen on this rank
+        self.write_samples(stage, rollout, max(0, min(self.log_samples - self._eval_rows, rollout.num_rows)))
+        self._eval_rows += rollout.num_rows
 
     def validation_step(self, batch: list[Problem], batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, {"1": self.val_pass}, "val")
 
     def test_step(self, batch: list[Problem], batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, dict(self.test_pass.items()), "test", self.test_maj)
+
+    # -- progress of validation and test when output goes to a file (a terminal has Lightning's bar)
+    def _progress_start(self, stage: str) -> None:
+        self._eval_progress = None
+        if is_tty() or self.global_rank != 0 or self.trainer.sanity_checking:
+            return
+        total = sum(getattr(self.trainer, f"num_{stage}_batches", None) or []) or None
+        label = "val" if stage == "val" else "test"
+        where = f" at step {self.rl_step}" if stage == "val" else ""
+        self._eval_progress = Progress(total, f"{label}{where}", unit="batches")
+
+    def _progress_end(self, metric: PassAtK) -> None:
+        progress = getattr(self, "_eval_progress", None)
+        if progress is not None:  # this rank's count: compute() would wait for ranks that print nothing
+            local = float(metric.total) / max(float(metric.count), 1.0)
+            progress.set_postfix(**{"pass@1": f"{local:.3f}"})
+            progress.close()
+            self._eval_progress = None
+
+    def on_validation_epoch_start(self) -> None:
+        self._progress_start("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._progress_start("test")
+
+    def on_validation_batch_end(self, outputs, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        if getattr(self, "_eval_progress", None) is not None:
+            self._eval_progress.update()
+
+    on_test_batch_end = on_validation_batch_end
+
+    def on_validation_epoch_end(self) -> None:
+        self._progress_end(self.val_pass)
+
+    def on_test_epoch_end(self) -> None:
+        self._progress_end(self.test_pass["1"])

@@ -53,6 +53,7 @@ from lightning_rlvr.dynamic_sampling import DynamicSampling, extra_index
 from lightning_rlvr.engines.base import RolloutEngine, Sampling
 from lightning_rlvr.engines.hf import HFGenerateEngine
 from lightning_rlvr.evaluation import Evaluation
+from lightning_rlvr.guard import CollapseGuard
 from lightning_rlvr.losses import PolicyLoss, PPOClip
 from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
 from lightning_rlvr.objectives import zero_std_groups
@@ -119,6 +120,8 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         validate_at_start: log ``val/pass@1`` at step 0 of a fresh fit (the baseline RL starts from).
         max_nonfinite_updates: consecutive non-finite losses tolerated (skipped) before stopping.
         gradient_checkpointing: recompute activations in the backward pass (less memory, more time).
+        collapse_guard: warns (optionally stops) when steps carry no signal; None = the default guard
+            (``lightning_rlvr/guard.py``); ``patience: 0`` turns it off.
     """
 
     def __init__(
@@ -155,6 +158,7 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         validate_at_start: bool = True,
         max_nonfinite_updates: int = 3,
         gradient_checkpointing: bool = False,
+        collapse_guard: CollapseGuard | None = None,
     ) -> None:
         super().__init__()
         check_settings(
@@ -198,6 +202,7 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         self.eval_seed, self.eval_greedy, self.log_samples = eval_seed, eval_greedy, log_samples
         self.validate_at_start = validate_at_start
         self.max_nonfinite_updates = max_nonfinite_updates
+        self.collapse_guard = collapse_guard or CollapseGuard()
         self.init_metrics()
         self.rl_step = 0  # RL steps done (the data position); checkpointed
         self.verifier_errors = 0
@@ -228,7 +233,7 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
             shard_policy(self.model, self.device_mesh["data_parallel"])
 
     def configure_callbacks(self) -> list:
-        return [self.credit]
+        return [self.credit, self.collapse_guard]
 
     def configure_optimizers(self):
         params = [p for p in self.model.parameters() if p.requires_grad]

@@ -31,7 +31,6 @@ import fcntl
 import functools
 import hashlib
 import json
-import logging
 import os
 import re
 import shutil
@@ -39,11 +38,10 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from lightning_rlvr.core.progress import Progress
 from lightning_rlvr.envs.base import Environment
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.tasks.base import SPLITS, Problem, Verdict
-
-log = logging.getLogger(__name__)
 
 ROOM_CHOICES = (1, 6, 9, 12)  # the cooking generator's map sizes
 FOOD_SPLIT = {"train": "train", "val": "valid", "test": "test"}  # our split -> generator's food split
@@ -195,9 +193,11 @@ class TextWorldCooking(Environment):
         if todo:
             with _locked(root / ".lock"):
                 todo = [(s, i) for s, i in todo if not _meta_path(root, s, i).is_file()]  # others' work
-                for k, (split, index) in enumerate(todo):
-                    log.info("textworld: generating game %d/%d (%s %d)", k + 1, len(todo), split, index)
-                    generate_game(self.settings(split, index), root, f"{split}-{index}")
+                desc = f"textworld pool {root.name} (generated once, then cached)"
+                with Progress(len(todo), desc, unit="games", every_s=15) as progress:
+                    for split, index in todo:
+                        generate_game(self.settings(split, index), root, f"{split}-{index}")
+                        progress.update()
         seconds = time.perf_counter() - start
         size = sum(p.stat().st_size for p in root.iterdir() if p.is_file())
         return {"generated": len(todo), "seconds": seconds, "bytes": size}
