@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lightning_rlvr.core.process import child_env  # the fits it starts die with it
+
 REPO = Path(__file__).resolve().parents[1]
 METHODS = {
     # name: (method config, group size)
@@ -115,7 +117,7 @@ def fit(method: str, seed: int, args: argparse.Namespace) -> Run:
         if args.val_check_interval:
             cli += ["--trainer.val_check_interval", str(args.val_check_interval)]
         code = f"from lightning_rlvr.cli import main; main({cli!r})"
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        env = {**os.environ, **child_env(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         t0 = time.perf_counter()
         print(f"[{method} seed {seed}] fit ...", flush=True)

@@ -343,7 +343,7 @@ def load_module_and_methods(ckpt: str | Path, patterns: list[str]):
 
     A method of the checkpoint's own class also gets the checkpoint's credit state (baselines).
     """
-    from lightning_rlvr.cli import read_checkpoint
+    from lightning_rlvr.checkpoints import read_checkpoint
     from lightning_rlvr.module import RLVRModule
 
     read_checkpoint(str(ckpt))  # a missing or damaged file: one RLVRError line, not a loader traceback

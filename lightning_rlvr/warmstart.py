@@ -34,7 +34,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -45,6 +44,7 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM
 
 from lightning_rlvr.core.files import atomic_dir, write_text
+from lightning_rlvr.core.paths import cache_root
 from lightning_rlvr.core.progress import Progress, say
 from lightning_rlvr.engines.base import RolloutEngine, Sampling
 from lightning_rlvr.engines.hf import HFGenerateEngine
@@ -54,11 +54,6 @@ from lightning_rlvr.tasks.base import Task, safe_check
 
 log = logging.getLogger(__name__)
 EVAL_OFFSET = 10**9  # warm-start evaluation reads the training stream far from where RL starts
-
-
-def cache_root() -> Path:
-    """``$LIGHTNING_RLVR_CACHE`` or ``~/.cache/lightning_rlvr``."""
-    return Path(os.environ.get("LIGHTNING_RLVR_CACHE", Path.home() / ".cache" / "lightning_rlvr"))
 
 
 def _public_fields(obj) -> dict:

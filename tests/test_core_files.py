@@ -56,3 +56,21 @@ def test_atomic_dir_cleans_a_killed_writers_leftovers(tmp_path):
     with files.atomic_dir(tmp_path / "export") as tmp:
         (tmp / "f").write_text("x")
     assert [x.name for x in tmp_path.iterdir()] == ["export"]
+
+
+def test_atomic_dir_leaves_a_live_writers_temporary_alone(tmp_path):
+    import subprocess
+    import sys
+
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        theirs = tmp_path / f".export.{live.pid}.abc.tmp"  # another writer, still running
+        theirs.mkdir()
+        gone = tmp_path / ".export.999999999.abc.tmp"  # a pid no process has
+        gone.mkdir()
+        with files.atomic_dir(tmp_path / "export") as tmp:
+            (tmp / "f").write_text("x")
+        assert theirs.is_dir() and not gone.exists()
+    finally:
+        live.kill()
+        live.wait()

@@ -75,26 +75,43 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
         f.write(data)
 
 
+def _writer_alive(rest: str) -> bool:
+    """Whether the process that named a temporary ``<pid>.<random>.tmp`` still runs (a nameless one: no)."""
+    pid = rest.split(".", 1)[0]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temporary directory; on a clean exit it becomes ``path``.
 
     An existing ``path`` is renamed aside first and removed after the new one is in place, so a
     reader sees the old directory, the new one, or (for an instant, or after a kill between the two
-    renames) none, never a partly written one. Leftovers of killed writers are cleaned on the next call.
+    renames) none, never a partly written one. Leftovers of writers that are gone (their pid is in
+    the temporary's name) are cleaned on the next call; a live writer's temporary is left alone.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    prefix = f".{path.name}."
+    for stale in path.parent.glob(f"{prefix}*.tmp"):
+        if not _writer_alive(stale.name[len(prefix) :]):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f"{prefix}{os.getpid()}.", suffix=".tmp"))
     try:
         yield tmp
         _fsync_tree(tmp)
         os.chmod(tmp, 0o777 & ~_umask())
         old = None
         if path.exists():
-            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.old.", suffix=".tmp"))
+            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f"{prefix}{os.getpid()}.old.", suffix=".tmp"))
             os.replace(path, old / "x")
         os.replace(tmp, path)
         _fsync_dir(path.parent)

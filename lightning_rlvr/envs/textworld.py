@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from lightning_rlvr.core.paths import cache_root
 from lightning_rlvr.core.progress import Progress
 from lightning_rlvr.envs.base import Environment
 from lightning_rlvr.errors import RLVRError
@@ -168,7 +169,6 @@ class TextWorldCooking(Environment):
         }
 
     def pool_dir(self) -> Path:
-        from lightning_rlvr.warmstart import cache_root  # lazy: warmstart imports the whole stack
 
         knobs = [self.seed, self.rooms, self.recipe, self.take, self.open, self.cook, self.cut]
         if self.ingredients != "split":  # the default adds nothing: existing pools keep their key
