@@ -18,7 +18,6 @@ credit lab import it).
 
 from __future__ import annotations
 
-import errno
 import io
 import os
 import re
@@ -32,12 +31,11 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from lightning_rlvr.core.files import atomic_file
 from lightning_rlvr.core.process import LOCK_NAME, holder, try_lock
-from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.errors import FULL_DISK, RLVRError
 
 LOCK = LOCK_NAME  # in a checkpoint folder: held by the fit writing it
 _LAST = re.compile(r"^last(-v?\d+)?\.ckpt$")
 _VERSION = re.compile(r"^version_(\d+)$")
-_FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _held: list[Any] = []  # lock files this process holds until it exits
 
 
@@ -53,7 +51,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             with atomic_file(path, "wb") as f:
                 f.write(buffer.getbuffer())
         except OSError as err:
-            if err.errno not in _FULL_DISK:
+            if err.errno not in FULL_DISK:
                 raise
             raise RLVRError(
                 f"cannot write checkpoint {path}: {os.strerror(err.errno)}; the previous checkpoints "

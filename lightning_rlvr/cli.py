@@ -51,7 +51,7 @@ from lightning_rlvr.checkpoints import (  # noqa: F401 - read_checkpoint etc. re
 from lightning_rlvr.core.files import write_text
 from lightning_rlvr.core.process import FIT_REPORT_ENV, adopt_parent_from_env, die_with_parent
 from lightning_rlvr.data import RLVRDataModule
-from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.errors import RLVRError, user_error
 from lightning_rlvr.module import RLVRModule
 
 ROOT = "${trainer.default_root_dir}"  # replaced by the run's trainer.default_root_dir
@@ -349,14 +349,8 @@ def one_line_parse_error(message: str) -> str:
 
 
 def _user_error(err: BaseException) -> RLVRError | None:
-    """The ``RLVRError`` behind ``err``, also when jsonargparse re-raised it as a parsing error."""
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, RLVRError):
-            return err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
+    """The ``RLVRError`` behind ``err`` (or a full disk's), None for a bug (``errors.user_error``)."""
+    return user_error(err)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ from lightning_rlvr.credit_metrics import (
 )
 from lightning_rlvr.credit_report import markdown, plot, write_claims, write_csv
 from lightning_rlvr.credit_view import DEFAULT_METHODS, assign_all, load_module_and_methods
-from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.errors import RLVRError, user_error
 
 log = logging.getLogger(__name__)
 
@@ -369,8 +369,11 @@ def evaluate(argv: list[str] | None = None) -> dict:
     log.info("command: lightning-rlvr-credit-eval %s", shlex.join(sys.argv[1:] if argv is None else argv))
     try:
         return run(args)
-    except RLVRError as err:
-        sys.stderr.write(f"lightning-rlvr-credit-eval: error: {err}\n")
+    except Exception as err:
+        user = user_error(err)
+        if user is None:
+            raise
+        sys.stderr.write(f"lightning-rlvr-credit-eval: error: {user}\n")
         raise SystemExit(2) from None
 
 

@@ -1,7 +1,37 @@
-"""Errors a user can fix: the CLI prints them as one line, without a traceback."""
+"""Errors a user can fix: the CLI prints them as one line, without a traceback.
+
+Layer: bottom (imports nothing from the package).
+"""
 
 from __future__ import annotations
+
+import errno
+import os
+
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class RLVRError(Exception):
     """Bad input (a config, a data file, a row): the message says what and where."""
+
+
+def user_error(err: BaseException | None) -> RLVRError | None:
+    """The user error behind ``err``, None for a bug.
+
+    An ``RLVRError`` anywhere in the cause chain (jsonargparse re-raises them as parse errors), or a
+    full disk: every file the project writes goes through ``core/files.py``'s atomic writes, so a write
+    that ran out of space changed nothing, and the line says so instead of a traceback.
+    """
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, RLVRError):
+            return err
+        if isinstance(err, OSError) and err.errno in FULL_DISK:
+            where = f" {err.filename}" if err.filename else ""
+            return RLVRError(
+                f"cannot write{where}: {os.strerror(err.errno)}; files already written are unchanged "
+                "(every write is atomic): free space, then run again (a fit resumes with --ckpt_path last)"
+            )
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from lightning_rlvr.core.files import atomic_dir, usual_modes
-from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.errors import RLVRError, user_error
 
 ADAPTER_DIR = "adapter"
 
@@ -111,8 +111,11 @@ def main(args: list[str] | None = None) -> None:
     parsed = parser.parse_args(args)
     try:
         path = export(parsed.ckpt_path, parsed.out, parsed.lora)
-    except RLVRError as err:
-        sys.stderr.write(f"lightning-rlvr: error: {' '.join(str(err).split())}\n")
+    except Exception as err:
+        user = user_error(err)
+        if user is None:
+            raise
+        sys.stderr.write(f"lightning-rlvr: error: {' '.join(str(user).split())}\n")
         raise SystemExit(2) from None
     print(f"exported to {path}")
 
