@@ -40,6 +40,7 @@ from torch import Tensor
 
 from lightning_rlvr.core.files import write_text
 from lightning_rlvr.core.rng import seeded
+from lightning_rlvr.core.steps import first_difference
 from lightning_rlvr.credit.base import Credit, CreditAssigner
 from lightning_rlvr.objectives import group_advantages
 from lightning_rlvr.rollout import Rollout
@@ -74,16 +75,6 @@ def token_weights(advantages: Tensor, grpo_advantage: Tensor, eps: float = 1e-8)
     return torch.where(a.abs() > eps, advantages / safe, advantages)
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def nearest_correct_peer(tokens: list[list[int]], rewards: list[float], row: int) -> tuple[int, int] | None:
     """(peer row, common-prefix length) of the correct rollout other than ``row`` sharing the longest
     prefix with it (the lowest row on ties); None when the group has no other correct rollout."""
@@ -91,7 +82,7 @@ def nearest_correct_peer(tokens: list[list[int]], rewards: list[float], row: int
     for j, (toks, r) in enumerate(zip(tokens, rewards)):
         if j == row or r <= CORRECT:
             continue
-        n = common_prefix(tokens[row], toks)
+        n = first_difference(tokens[row], toks)
         if best is None or n > best[1]:
             best = (j, n)
     return best

@@ -25,7 +25,7 @@ def test_weights_are_advantages_over_the_grpo_advantage():
 def test_nearest_correct_peer_has_the_longest_common_prefix():
     tokens = [[1, 2, 3, 4], [1, 2, 9], [1, 2, 3, 7], [1, 5], [1, 2, 3, 4, 5]]
     rewards = [0.0, 1.0, 1.0, 1.0, 0.0]
-    assert cv.common_prefix([1, 2, 3, 4], [1, 2, 3, 7]) == 3
+    assert cv.first_difference([1, 2, 3, 4], [1, 2, 3, 7]) == 3
     assert cv.nearest_correct_peer(tokens, rewards, 0) == (2, 3)  # row 4 shares more but is wrong
     assert cv.nearest_correct_peer(tokens, rewards, 2) == (1, 2)  # never itself; ties go to the lowest row
     assert cv.nearest_correct_peer([[1], [1]], [0.0, 1.0], 1) is None  # no other correct rollout

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import operator
 import re
+from collections.abc import Sequence
 from fractions import Fraction
 
 _NUM = r"-?\d+(?:\.\d+)?"
@@ -42,8 +43,9 @@ def _text(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
 
 
-def first_difference(a: str, b: str) -> int:
-    """Length of the common prefix of ``a`` and ``b`` (the first index where they differ)."""
+def first_difference(a: Sequence, b: Sequence) -> int:
+    """Length of the common prefix of ``a`` and ``b`` (the first index where they differ): strings or
+    token lists."""
     n = 0
     for x, y in zip(a, b):
         if x != y:

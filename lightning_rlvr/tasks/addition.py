@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import re
 
+from lightning_rlvr.core.steps import first_difference
 from lightning_rlvr.tasks.base import SPLITS, Problem, Task, Verdict, split_of
 
 _ANSWER = re.compile(r"answer:\s*(-?\d+)")
@@ -90,12 +91,7 @@ class AdditionTask(Task):
         if self.check(completion, problem).correct:
             return None
         reference = addition_solution(problem.meta["a"], problem.meta["b"], self.digits)
-        n = 0
-        for x, y in zip(completion, reference):
-            if x != y:
-                break
-            n += 1
-        return n
+        return first_difference(completion, reference)
 
     def extract_answer(self, completion: str) -> str | None:
         """The number after ``answer:`` as a canonical integer (``"042"`` and ``"42"`` vote together)."""
