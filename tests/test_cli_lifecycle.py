@@ -14,9 +14,11 @@ import torch
 from lightning_rlvr import checkpoints
 from lightning_rlvr.core.process import locked
 
+ALERTS = ("lightning-rlvr: error:", "lightning-rlvr: warning:")  # progress lines share the program's prefix
+
 
 def _one_line(capsys, prefix: str) -> str:
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightning-rlvr: ")]
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(ALERTS)]
     assert len(lines) == 1 and lines[0].startswith(prefix), lines
     return lines[0]
 
@@ -113,4 +115,4 @@ def test_ckpt_path_takes_a_runs_folder_and_reports_config_settings_the_checkpoin
     flagged = run_cli("test", "--ckpt_path", str(folder), "--config", str(tmp_path / "mine.yaml"),
                       "--model.eval_samples", "3", configs=())  # fmt: skip
     assert flagged.model.eval_samples == 3  # a flag wins, and nothing is reported
-    assert not [x for x in capsys.readouterr().err.splitlines() if x.startswith("lightning-rlvr: ")]
+    assert not [x for x in capsys.readouterr().err.splitlines() if x.startswith(ALERTS)]

