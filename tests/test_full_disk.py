@@ -29,8 +29,10 @@ def test_other_errors_stay_bugs(err):
     assert user_error(err) is None
 
 
-def test_the_warm_start_cache_on_a_full_disk_is_one_line(run_cli, monkeypatch, capsys):
+def test_the_warm_start_cache_on_a_full_disk_is_one_line(run_cli, monkeypatch, capsys, tmp_path):
     import lightning_rlvr.warmstart as warmstart
+
+    monkeypatch.setenv("LIGHTNING_RLVR_CACHE", str(tmp_path / "empty_cache"))  # the warm start is written
 
     def full(path):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
