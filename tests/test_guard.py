@@ -7,12 +7,12 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from lightning.pytorch import Trainer
 
 from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy
 from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.guard import CollapseGuard
 from lightning_rlvr.tasks.base import Verdict
+from tests.test_module import trainer as quiet_trainer  # the bare test-scale Trainer
 
 RESULTS = Path(__file__).resolve().parents[1] / "sweeps" / "results"
 
@@ -37,17 +37,9 @@ def fit(tmp_path, task, guard, steps):
     module = RLVRModule(
         task=task, policy=policy, group_size=4, max_new_tokens=8, micro_batch_size=8, collapse_guard=guard
     )
-    trainer = Trainer(
-        max_steps=steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        default_root_dir=tmp_path,
-    )
-    trainer.fit(module, RLVRDataModule(batch_size=2, val_size=2))
-    return trainer
+    fitted = quiet_trainer(tmp_path, steps)
+    fitted.fit(module, RLVRDataModule(batch_size=2, val_size=2))
+    return fitted
 
 
 def test_a_run_forced_to_collapse_says_so_in_stderr_the_bar_and_the_summary(tmp_path, capsys):
