@@ -18,8 +18,8 @@ import time
 
 import torch
 
+from lightning_rlvr.collect.episodes import expert_rollout, hf_generate, run_episodes
 from lightning_rlvr.envs.base import safe_step
-from lightning_rlvr.envs.episodes import expert_rollout, hf_generate, run_episodes
 from lightning_rlvr.envs.textarena import TextArenaGame
 from lightning_rlvr.envs.textworld import TextWorldCooking
 from lightning_rlvr.envs.vocab import TextPolicy

@@ -45,11 +45,11 @@ def run_once(top_k: int | None, rows: int, tokens: int, vocab: int, micro_batch:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from lightning_rlvr.core.problem import Problem
+    from lightning_rlvr.core.rollout import Rollout
     from lightning_rlvr.credit.hsd import HSDCredit
     from lightning_rlvr.losses import PPOClip
-    from lightning_rlvr.rollout import Rollout
-    from lightning_rlvr.scoring import Scorer
-    from lightning_rlvr.tasks.base import Problem
+    from lightning_rlvr.scoring.scorer import Scorer
 
     torch.manual_seed(0)
     torch.set_num_threads(1)

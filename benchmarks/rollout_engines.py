@@ -65,8 +65,8 @@ def main() -> None:
     common.set_threads(args.threads)
     started, load_start = time.time(), common.load_average()
 
+    from lightning_rlvr.collect.single_turn import encode_prompts
     from lightning_rlvr.engines.hf import HFGenerateEngine
-    from lightning_rlvr.rollout import encode_prompts
 
     module = common.build_cli("grpo", overrides=["--model.max_new_tokens", str(args.max_new_tokens)]).model
     module.warm_start.run(module.model, module.tokenizer, module.policy_source, module.task)

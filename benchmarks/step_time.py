@@ -68,7 +68,7 @@ def main() -> None:
     results = common.interleave(runners, args.rounds)
 
     # the machine's matmul peak on the model's shapes: decode rows (generation) and token rows (update)
-    from lightning_rlvr.rollout import encode_prompts
+    from lightning_rlvr.collect.single_turn import encode_prompts
 
     grpo, dm = clis["grpo"].model, clis["grpo"].datamodule
     rows_gen = dm.batch_size * grpo.group_size

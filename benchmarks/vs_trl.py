@@ -50,7 +50,8 @@ import common
 import flops
 import torch
 
-from lightning_rlvr.tasks.base import Problem, safe_check
+from lightning_rlvr.core.problem import Problem
+from lightning_rlvr.tasks.base import safe_check
 
 
 class GenerateTimer:
@@ -277,7 +278,7 @@ def main() -> None:
     kept = {name: [s for r in res[args.warmup :] for s in r] for name, res in results.items()}
 
     # the machine's matmul peak on the model's shapes: decode rows (generation) and token rows (update)
-    from lightning_rlvr.rollout import encode_prompts
+    from lightning_rlvr.collect.single_turn import encode_prompts
 
     rows_gen = args.batch_size * args.group_size
     width = encode_prompts(module.tokenizer, problems[: args.batch_size])[0].shape[1] + args.max_new_tokens

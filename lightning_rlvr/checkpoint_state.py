@@ -13,8 +13,8 @@ state dict is restored. With a warm start the base was trained before LoRA, so t
 
 from __future__ import annotations
 
-from lightning_rlvr.credit.base import rank_state
-from lightning_rlvr.state import capture_rng
+from .core.state import capture_rng
+from .credit.base import rank_state
 
 
 class CheckpointState:

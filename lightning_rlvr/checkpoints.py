@@ -29,9 +29,9 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from lightning_rlvr.core.files import atomic_file
-from lightning_rlvr.core.process import LOCK_NAME, holder, try_lock
-from lightning_rlvr.errors import FULL_DISK, RLVRError
+from .core.errors import FULL_DISK, RLVRError
+from .core.files import atomic_file
+from .core.process import LOCK_NAME, holder, try_lock
 
 LOCK = LOCK_NAME  # in a checkpoint folder: held by the fit writing it
 _LAST = re.compile(r"^last(-v?\d+)?\.ckpt$")

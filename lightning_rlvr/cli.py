@@ -36,7 +36,7 @@ from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from lightning_rlvr.checkpoints import (  # noqa: F401 - read_checkpoint etc. re-exported for older callers
+from .checkpoints import (  # noqa: F401 - read_checkpoint etc. re-exported for older callers
     AtomicCheckpointIO,
     checkpoint_dirs,
     claim_checkpoint_dir,
@@ -48,11 +48,11 @@ from lightning_rlvr.checkpoints import (  # noqa: F401 - read_checkpoint etc. re
     resolve_ckpt_path,
     warn,
 )
-from lightning_rlvr.core.files import write_text
-from lightning_rlvr.core.process import FIT_REPORT_ENV, adopt_parent_from_env, die_with_parent
-from lightning_rlvr.data import RLVRDataModule
-from lightning_rlvr.errors import RLVRError, user_error
-from lightning_rlvr.module import RLVRModule
+from .core.errors import RLVRError, user_error
+from .core.files import write_text
+from .core.process import FIT_REPORT_ENV, adopt_parent_from_env, die_with_parent
+from .data import RLVRDataModule
+from .module import RLVRModule
 
 ROOT = "${trainer.default_root_dir}"  # replaced by the run's trainer.default_root_dir
 DEFAULT_ROOT_DIR = "runs"
@@ -274,7 +274,7 @@ def main(args: list[str] | None = None) -> None:
         die_with_parent(os.getppid())
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] == ["export"]:
-        from lightning_rlvr.export import main as export_main
+        from .export import main as export_main
 
         export_main(argv[1:])
         return

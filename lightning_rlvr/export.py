@@ -30,16 +30,16 @@ import json
 import sys
 from pathlib import Path
 
-from lightning_rlvr.core.files import atomic_dir, usual_modes
-from lightning_rlvr.errors import RLVRError, user_error
+from .core.errors import RLVRError, user_error
+from .core.files import atomic_dir, usual_modes
 
 ADAPTER_DIR = "adapter"
 
 
 def load_module(ckpt_path: str):
     """The ``RLVRModule`` of a checkpoint, on CPU in eval mode (LoRA adapters restored)."""
-    from lightning_rlvr.checkpoints import read_checkpoint
-    from lightning_rlvr.module import RLVRModule
+    from .checkpoints import read_checkpoint
+    from .module import RLVRModule
 
     read_checkpoint(ckpt_path)  # one clear error for a missing, truncated or foreign file
     return RLVRModule.load_from_checkpoint(ckpt_path, map_location="cpu", weights_only=True).eval()

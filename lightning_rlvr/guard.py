@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from lightning.pytorch import Callback
 
-from lightning_rlvr.core.progress import say
-from lightning_rlvr.errors import RLVRError
+from .core.errors import RLVRError
+from .core.progress import say
 
 
 class CollapseGuard(Callback):

@@ -45,7 +45,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lightning_rlvr.objectives import AGGREGATIONS, kl_k3, loss_weights
+from .core.objectives import AGGREGATIONS, kl_k3, loss_weights
 
 Aggregation = Literal["seq_mean", "token_mean", "constant"]
 Total = Callable[[Tensor], Tensor]  # sums a count over all ranks (identity on one rank)

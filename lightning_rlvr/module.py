@@ -44,30 +44,32 @@ import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor
 
-from lightning_rlvr.checkpoint_state import CheckpointState
-from lightning_rlvr.continuations import EngineSampler
-from lightning_rlvr.credit.base import CreditAssigner
-from lightning_rlvr.credit.grpo import GRPOCredit
-from lightning_rlvr.distributed import any_rank, shard_policy, world_size
-from lightning_rlvr.dynamic_sampling import DynamicSampling, extra_index
-from lightning_rlvr.engines.base import RolloutEngine, Sampling
-from lightning_rlvr.engines.hf import HFGenerateEngine
-from lightning_rlvr.evaluation import Evaluation
-from lightning_rlvr.guard import CollapseGuard
-from lightning_rlvr.losses import PolicyLoss, PPOClip
-from lightning_rlvr.models import PolicySource, TinyPolicy, apply_lora
-from lightning_rlvr.objectives import zero_std_groups
-from lightning_rlvr.prompts import PromptFormat
-from lightning_rlvr.rewards.overlong import RewardShaper
-from lightning_rlvr.rollout import Rollout, Sampler
-from lightning_rlvr.sample_log import append_samples, sample_rows
-from lightning_rlvr.scoring import Scorer, same_in_train_mode
-from lightning_rlvr.state import plain_value, restore_rng
-from lightning_rlvr.tasks.addition import AdditionTask
-from lightning_rlvr.tasks.base import Problem, Task
-from lightning_rlvr.update import PolicyUpdate
-from lightning_rlvr.validation import check_settings
-from lightning_rlvr.warmstart import WarmStart
+from .checkpoint_state import CheckpointState
+from .collect import Collected, Sampler, roll_out
+from .collect.continuations import EngineSampler
+from .collect.dynamic_sampling import DynamicSampling, extra_index
+from .core.distributed import any_rank, shard_policy, world_size
+from .core.objectives import zero_std_groups
+from .core.problem import Problem
+from .core.rollout import Rollout
+from .core.state import plain_value, restore_rng
+from .core.validation import check_settings
+from .credit.base import CreditAssigner
+from .credit.grpo import GRPOCredit
+from .engines.base import RolloutEngine, Sampling
+from .engines.hf import HFGenerateEngine
+from .evaluation import Evaluation
+from .guard import CollapseGuard
+from .losses import PolicyLoss, PPOClip
+from .models.policies import PolicySource, TinyPolicy, apply_lora
+from .prompts import PromptFormat
+from .rewards.overlong import RewardShaper
+from .sample_log import append_samples, sample_rows
+from .scoring.scorer import Scorer, same_in_train_mode
+from .tasks.addition import AdditionTask
+from .tasks.base import Task
+from .update import PolicyUpdate
+from .warmstart import WarmStart
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +104,13 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         grad_clip: max gradient norm (0 = off).
         micro_batch_size: rows per forward pass in scoring and update (memory bound).
         micro_batch_tokens: padded tokens per forward pass in scoring and update: rows are sorted
-            by length and each micro-batch cut to its longest row (``lightning_rlvr/packing.py``);
+            by length and each micro-batch cut to its longest row (``lightning_rlvr/scoring/packing.py``);
             None = rows only.
         share_prompts: in the update's and the scorer's policy passes, run each prompt once per
             micro-batch and its completions after copies of its KV cache, instead of once per row
             (the G rows of a group share it); same logits and gradients up to float rounding.
             Applies with a KV-cache model on one rank without gradient checkpointing, else the
-            per-row path runs (``lightning_rlvr/packing.py``).
+            per-row path runs (``lightning_rlvr/scoring/packing.py``).
         fuse_policy_pass: let a credit method that reads the policy pass (hidden states, entropies,
             log-probs) take it from the update's own forward when nothing else needs a separate
             pass (see ``training_step``).
@@ -261,36 +263,33 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         return Sampler(self.engine, self.model, self.tokenizer, sampling, self.render)
 
     def rollout(self, problems: list[Problem], group_size: int, greedy: bool = False) -> Rollout:
-        """``group_size`` samples per problem, as the task rolls out (``Task.rollout``), via ``self.engine``.
+        """``group_size`` verified samples per problem (``collect.roll_out``), via ``self.engine``.
 
-        A single-turn task samples one completion per row; an environment plays episodes (one
-        engine call per turn, ``max_new_tokens`` per action) and returns them already scored.
+        A single-turn task samples one completion per row and is verified; an environment plays
+        episodes (one engine call per turn, ``max_new_tokens`` per action), scored by the game.
         """
-        return self.task.rollout(self.make_sampler(greedy), problems, group_size)
+        return roll_out(self.task, self.make_sampler(greedy), problems, group_size).rollout
 
-    def collect(self, problems: list[Problem]) -> tuple[Rollout, int, dict[str, float]]:
+    def collect(self, problems: list[Problem]) -> tuple[Collected, dict[str, float]]:
         """Sample and verify (with dynamic sampling when configured), then shape the rewards.
 
-        Returns the rollout, the number of verifier errors and sampling statistics.
+        Returns the verified rollout with its costs (all rounds of dynamic sampling summed) and
+        sampling statistics.
         """
-        errors, verify_s = 0, 0.0
+        rounds: list[Collected] = []
 
         def draw(batch: list[Problem]) -> Rollout:
-            nonlocal errors, verify_s
-            rollout = self.rollout(batch, self.group_size)
-            t = time.perf_counter()
-            errors += self.verify(rollout)
-            verify_s += time.perf_counter() - t
-            return rollout
+            rounds.append(roll_out(self.task, self.sampler, batch, self.group_size))
+            return rounds[-1].rollout
 
         if self.dynamic_sampling is None:
             rollout, stats = draw(problems), {}
         else:
-            B, rounds = len(problems), self.dynamic_sampling.max_rounds
+            B, rounds_max = len(problems), self.dynamic_sampling.max_rounds
             slot = self.rl_step * world_size() + self.global_rank  # this rank's step, as in TrainStream
 
             def more(k: int) -> list[Problem]:
-                return [self.task.train_problem(extra_index(slot, k, i, B, rounds)) for i in range(B)]
+                return [self.task.train_problem(extra_index(slot, k, i, B, rounds_max)) for i in range(B)]
 
             rollout, stats = self.dynamic_sampling.collect(
                 problems, draw, more, sync=lambda flag: any_rank(flag, self.device)
@@ -298,25 +297,9 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         stats["accuracy"] = float(rollout.correct.float().mean())
         for shaper in self.reward_shaping:  # lengths against the budget: an episode's longest action
             rollout.rewards = shaper(rollout.rewards, rollout.action_lengths, self.max_new_tokens)
-        stats["verify_s"] = verify_s
-        return rollout, errors, stats
-
-    def verify(self, rollout: Rollout) -> int:
-        """Fill ``rollout.rewards`` and ``feedback``; returns the number of verifier errors.
-
-        A rollout the task scored itself (an environment's episodes carry the game's verdicts)
-        is left as it is.
-        """
-        if rollout.rewards is not None:
-            return 0
-        problems = [rollout.problems[int(g)] for g in rollout.group]
-        results = self.task.check_batch(rollout.completions, problems)  # [(verdict, raised)] * N
-        rollout.rewards = torch.tensor(
-            [v.reward for v, _ in results], dtype=torch.float32, device=self.device
-        )
-        rollout.feedback = [v.feedback for v, _ in results]
-        rollout.correct = torch.tensor([bool(v.correct) for v, _ in results], device=self.device)
-        return sum(raised for _, raised in results)
+        errors = sum(r.verifier_errors for r in rounds)
+        generate_s, verify_s = sum(r.generate_s for r in rounds), sum(r.verify_s for r in rounds)
+        return Collected(rollout, errors, generate_s, verify_s), stats
 
     # ------------------------------------------------------------------ training
     def training_step(self, batch: list[Problem], batch_idx: int) -> None:
@@ -324,9 +307,9 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
             restore_rng(self._pending_rng)
             self._pending_rng = None
         t0 = time.perf_counter()
-        rollout, errors, sampling = self.collect(batch)  # N = B * G rows, rewards verified and shaped
-        verify_s = sampling.pop("verify_s")
-        t1 = time.perf_counter() - verify_s  # generation ends here; verification counts as scoring
+        collected, sampling = self.collect(batch)  # N = B * G rows, rewards verified and shaped
+        rollout, errors = collected.rollout, collected.verifier_errors
+        t1 = time.perf_counter() - collected.verify_s  # generation ends here; verification counts as scoring
         self.verifier_errors += errors
         sampler = EngineSampler.of(self)  # continuations for Monte-Carlo credit (sampled only on request)
         scorer = self.scorer(self.model, rollout, sampler=sampler)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.tasks.base import Task, safe_extract_answer
+from .core.rollout import Rollout
+from .tasks.base import Task, safe_extract_answer
 
 
 def sample_rows(stage: str, step: int, rollout: Rollout, task: Task, limit: int) -> list[dict]:

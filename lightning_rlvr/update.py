@@ -11,14 +11,14 @@ import math
 import torch
 from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit
-from lightning_rlvr.distributed import all_sum, any_rank, world_size
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.objectives import loss_weights
-from lightning_rlvr.packing import MicroBatch, micro_batches, shares_prompts
-from lightning_rlvr.packing import forward as packed_forward
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer, entropy_from_logits, same_in_train_mode, token_logprobs
+from .core.distributed import all_sum, any_rank, world_size
+from .core.errors import RLVRError
+from .core.objectives import loss_weights
+from .core.rollout import Rollout
+from .credit.base import Credit
+from .scoring.packing import MicroBatch, micro_batches, shares_prompts
+from .scoring.packing import forward as packed_forward
+from .scoring.scorer import Scorer, entropy_from_logits, same_in_train_mode, token_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class PolicyUpdate:
         A non-finite loss on any rank skips that optimiser step on every rank: each rank still
         runs all its forwards and backwards (collectives under FSDP) and the skip is decided
         together, so ranks never fall out of step. Micro-batches are padding-free (length-sorted,
-        each cut to its longest row: ``lightning_rlvr/packing.py``), so the token loss of one is
+        each cut to its longest row: ``lightning_rlvr/scoring/packing.py``), so the token loss of one is
         [m, T_m] with T_m <= T. ``forwards``: the micro-batches' forwards, already run by
         ``fused_policy_pass`` (one epoch, one minibatch).
         """

@@ -43,14 +43,14 @@ import torch
 import torch.distributed as dist
 from transformers import AutoModelForCausalLM
 
-from lightning_rlvr.core.files import atomic_dir, write_text
-from lightning_rlvr.core.paths import cache_root
-from lightning_rlvr.core.progress import Progress, say
-from lightning_rlvr.engines.base import RolloutEngine, Sampling
-from lightning_rlvr.engines.hf import HFGenerateEngine
-from lightning_rlvr.models import PolicySource
-from lightning_rlvr.rollout import Sampler
-from lightning_rlvr.tasks.base import Task, safe_check
+from .collect import Sampler, roll_out, worked_example
+from .core.files import atomic_dir, write_text
+from .core.paths import cache_root
+from .core.progress import Progress, say
+from .engines.base import RolloutEngine, Sampling
+from .engines.hf import HFGenerateEngine
+from .models.policies import PolicySource
+from .tasks.base import Task
 
 log = logging.getLogger(__name__)
 EVAL_OFFSET = 10**9  # warm-start evaluation reads the training stream far from where RL starts
@@ -249,11 +249,8 @@ class WarmStart:
         problems = [task.train_problem(EVAL_OFFSET + i) for i in range(self.eval_prompts)]
         sampling = Sampling(self.max_new_tokens)
         sampler = Sampler(engine or HFGenerateEngine(), model, tokenizer, sampling, render)
-        rollout = task.rollout(sampler, problems, 1)
-        if rollout.correct is not None:  # scored by the task itself (episodes)
-            return float(rollout.correct.float().mean())
-        correct = [safe_check(task, c, p)[0].correct for c, p in zip(rollout.completions, problems)]
-        return sum(correct) / len(correct)
+        rollout = roll_out(task, sampler, problems, 1).rollout  # verified (or scored by the game)
+        return float(rollout.correct.float().mean())
 
     def _batch(
         self, tokenizer, task: Task, step: int, render: Callable[[str], str] | None = None, memo=None
@@ -269,7 +266,7 @@ class WarmStart:
             index = step * self.batch_size + i
             key = None if n is None or memo is None else index % n
             if key is None or key not in memo:
-                example = task.worked_example(task.train_problem(index), tokenizer, render)
+                example = worked_example(task, task.train_problem(index), tokenizer, render)
                 if key is not None:
                     memo[key] = example
             x, y = example if key is None else memo[key]

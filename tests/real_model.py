@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from lightning_rlvr import gguf
+from lightning_rlvr.models import gguf
 
 
 @functools.lru_cache(maxsize=1)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from lightning_rlvr.rollout import Rollout, completion_mask_from_ids
-from lightning_rlvr.scoring import left_pad
-from lightning_rlvr.tasks.base import Problem
+from lightning_rlvr.core.problem import Problem
+from lightning_rlvr.core.rollout import Rollout
+from lightning_rlvr.core.tensors import completion_mask_from_ids, left_pad
 
 
 def rollout_from_ids(

@@ -15,9 +15,9 @@ import pytest
 import torch
 import yaml
 
+from lightning_rlvr.collect.episodes import expert_rollout
 from lightning_rlvr.credit.self_conditioned import ContextTemplate
 from lightning_rlvr.envs.base import Environment
-from lightning_rlvr.envs.episodes import expert_rollout
 from lightning_rlvr.envs.vocab import build_word_tokenizer, tokenizer_for, word_vocabulary
 from tests.conftest import AGENT_CONFIGS, REPO
 from tests.toy_env import EchoWords

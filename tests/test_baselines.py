@@ -5,13 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lightning_rlvr.collect.dynamic_sampling import (
+    EXTRA_OFFSET,
+    DynamicSampling,
+    extra_index,
+    informative_groups,
+)
+from lightning_rlvr.core.errors import RLVRError
+from lightning_rlvr.core.objectives import loss_weights
+from lightning_rlvr.core.problem import Problem
+from lightning_rlvr.core.rollout import Rollout
 from lightning_rlvr.credit import DrGRPOCredit, GRPOCredit
-from lightning_rlvr.dynamic_sampling import EXTRA_OFFSET, DynamicSampling, extra_index, informative_groups
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.objectives import loss_weights
 from lightning_rlvr.rewards import OverlongPenalty
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.tasks.base import Problem, Task
+from lightning_rlvr.tasks.base import Task
 
 G = 4
 

@@ -69,7 +69,7 @@ def test_a_bad_setting_from_the_shell_prints_exactly_one_line(tmp_path):
 )  # fmt: skip
 def test_the_module_rejects_wrong_types_and_ranges_from_python(kwargs):
     from lightning_rlvr import RLVRModule
-    from lightning_rlvr.errors import RLVRError
+    from lightning_rlvr.core.errors import RLVRError
 
     name = next(iter(kwargs))
     with pytest.raises(RLVRError, match=f"model.{name} must be"):
@@ -83,7 +83,7 @@ def test_the_module_rejects_wrong_types_and_ranges_from_python(kwargs):
 )
 def test_the_data_module_rejects_wrong_types_and_ranges_from_python(kwargs):
     from lightning_rlvr import RLVRDataModule
-    from lightning_rlvr.errors import RLVRError
+    from lightning_rlvr.core.errors import RLVRError
 
     name = next(iter(kwargs))
     with pytest.raises(RLVRError, match=f"data.{name} must be"):

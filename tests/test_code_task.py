@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.rewards.sandbox import SandboxLimits
 from lightning_rlvr.tasks import CodeTask, HumanEvalTask, Problem, Task, Verdict
 from lightning_rlvr.tasks.code import called_names, extract_code

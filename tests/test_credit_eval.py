@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from lightning_rlvr import credit_eval as ce
-from lightning_rlvr.credit_metrics import (
+from lightning_rlvr.experiments.credit_lab.metrics import (
     Summary,
     coverage,
     is_constant,
@@ -22,7 +22,7 @@ from lightning_rlvr.credit_metrics import (
     spearman_or_zero,
     summarise,
 )
-from lightning_rlvr.credit_report import markdown
+from lightning_rlvr.experiments.credit_lab.report import markdown
 from lightning_rlvr.tasks.addition import AdditionTask
 from tests.conftest import METHOD_TEST_SCALE, REPO
 
@@ -150,7 +150,8 @@ def test_addition_first_error_is_the_first_departure_from_the_forced_chain(compl
 
 
 def test_first_error_of_a_generic_task_is_unknown():
-    from lightning_rlvr.tasks.base import Problem, Task
+    from lightning_rlvr.core.problem import Problem
+    from lightning_rlvr.tasks.base import Task
 
     assert Task().first_error("anything", Problem("p", "1")) is None
 
@@ -236,7 +237,7 @@ def test_credit_eval_rejects_a_group_of_one(tiny_ckpt, tmp_path, capsys):
 
 def test_a_distillation_loss_counts_as_negative_credit_at_the_rollout_time_policy():
     from lightning_rlvr.credit.base import Credit
-    from lightning_rlvr.credit_view import method_credit
+    from lightning_rlvr.experiments.credit_lab.view import method_credit
     from tests.rollouts import rollout_from_ids
 
     rollout = rollout_from_ids(

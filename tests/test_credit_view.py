@@ -84,7 +84,7 @@ def test_renders_every_method_on_the_same_rollouts_of_a_tiny_checkpoint(tiny_ckp
 
 def test_weights_and_peers_on_a_group_with_correct_and_wrong_rollouts(tiny_ckpt):
     from lightning_rlvr.module import RLVRModule
-    from lightning_rlvr.scoring import Scorer
+    from lightning_rlvr.scoring.scorer import Scorer
 
     module = RLVRModule.load_from_checkpoint(tiny_ckpt, map_location="cpu")
     torch.manual_seed(0)
@@ -120,7 +120,7 @@ def test_tokens_are_coloured_by_signed_advantage_on_one_diverging_scale_with_a_l
     ids = tok(" 7+5+0=12;", add_special_tokens=False)["input_ids"]
     rollout = rollout_from_ids([ids[:2]] * 1, [ids, ids[:5], ids[:7]], pad=0, eos=tok.eos_token_id,
                                group_size=3, rewards=[1.0, 0.0, 0.0])  # fmt: skip
-    from lightning_rlvr.scoring import Scorer
+    from lightning_rlvr.scoring.scorer import Scorer
 
     grpo, views = cv.assign_all({"grpo": GRPOCredit()}, rollout, Scorer(None, rollout))
     page = cv.render_html(rollout, tok, grpo, views, "t")

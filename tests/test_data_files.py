@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.tasks import JsonlTask, MathTask
 from lightning_rlvr.tasks.files import cell_text, read_rows
 

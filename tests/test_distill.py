@@ -14,11 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lightning_rlvr.core.errors import RLVRError
+from lightning_rlvr.core.objectives import group_advantages
 from lightning_rlvr.credit.opd import OPDCredit, check_same_vocabulary
 from lightning_rlvr.credit.opsd import OPSDCredit, distill_divergence, reverse_kl
-from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.models import PolicySource, TinyPolicy
-from lightning_rlvr.objectives import group_advantages
 from tests.conftest import METHOD_TEST_SCALE, QUICKSTART, REPO, TINY
 from tests.test_teacher_context import (
     EOS,

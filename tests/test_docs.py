@@ -8,13 +8,13 @@ import re
 
 import pytest
 
+from lightning_rlvr.collect.dynamic_sampling import DynamicSampling
 from lightning_rlvr.credit import DrGRPOCredit, GRPOCredit
 from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.hsd import HSDCredit
 from lightning_rlvr.credit.rredcot import RREDCoTCredit
 from lightning_rlvr.credit.sc_grpo import SCGRPOCredit
 from lightning_rlvr.credit.shear import SHEARCredit
-from lightning_rlvr.dynamic_sampling import DynamicSampling
 from lightning_rlvr.losses import PPOClip
 from lightning_rlvr.module import RLVRModule
 from lightning_rlvr.rewards import OverlongPenalty
@@ -84,7 +84,7 @@ def test_docs_and_method_files_stand_alone():
     for name in METHOD_FILES:
         doc = importlib.import_module(f"lightning_rlvr.credit.{name}").__doc__
         assert "docs/methods.md" in doc, name
-    assert "docs/methods.md" in importlib.import_module("lightning_rlvr.dynamic_sampling").__doc__
+    assert "docs/methods.md" in importlib.import_module("lightning_rlvr.collect.dynamic_sampling").__doc__
     paths = [
         REPO / "README.md",
         DOC,

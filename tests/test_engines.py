@@ -8,14 +8,15 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
+from lightning_rlvr.collect.single_turn import sample
+from lightning_rlvr.core.errors import RLVRError
+from lightning_rlvr.core.tensors import completion_mask_from_ids, left_pad
 from lightning_rlvr.engines.base import Sampling
 from lightning_rlvr.engines.fast import FastEngine, process_logits
 from lightning_rlvr.engines.hf import HFGenerateEngine
-from lightning_rlvr.errors import RLVRError
 from lightning_rlvr.models import apply_lora, build_tiny_tokenizer
 from lightning_rlvr.prompts import PromptFormat
-from lightning_rlvr.rollout import completion_mask_from_ids, sample
-from lightning_rlvr.scoring import Scorer, left_pad
+from lightning_rlvr.scoring.scorer import Scorer
 from lightning_rlvr.warmstart import WarmStart
 from tests.conftest import QUICKSTART, REPO, TINY
 

@@ -14,7 +14,7 @@ from lightning_rlvr.credit import Credit, GRPOCredit
 from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.rredcot import RREDCoTCredit
 from lightning_rlvr.envs.vocab import TextPolicy
-from lightning_rlvr.scoring import Scorer
+from lightning_rlvr.scoring.scorer import Scorer
 from tests.conftest import AGENT_CONFIGS, METHOD_TEST_SCALE, QUICKSTART, REPO, TINY
 from tests.toy_env import EchoWords
 
@@ -235,7 +235,7 @@ def test_resume_on_episodes_matches_an_uninterrupted_run(run_cli, tmp_path):
 # ---------------------------------------------------------------- DAPO's overlong penalty on episodes
 def scripted_episodes(lengths: list[list[int]]):
     """EchoWords episodes whose row i writes actions of ``lengths[i]`` tokens (the wrong word repeated)."""
-    from lightning_rlvr.envs.episodes import run_episodes
+    from lightning_rlvr.collect.episodes import run_episodes
 
     module = env_module()
     tok, env = module.tokenizer, module.task

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lightning_rlvr.collect.episodes import action_text, expert_rollout, hf_generate, run_episodes
+from lightning_rlvr.core.problem import Problem, Verdict
+from lightning_rlvr.core.rollout import Rollout, concat_rollouts, policy_tokens
 from lightning_rlvr.envs.base import Environment, safe_step
-from lightning_rlvr.envs.episodes import action_text, expert_rollout, hf_generate, policy_tokens, run_episodes
 from lightning_rlvr.envs.vocab import TextPolicy, build_word_tokenizer, word_vocabulary
-from lightning_rlvr.rollout import Rollout, concat_rollouts
-from lightning_rlvr.tasks.base import Problem, Verdict
 
 
 class SayEnv(Environment):

@@ -40,10 +40,10 @@ from lightning_rlvr.checkpoints import (
     release_claims,
     resolve_ckpt_path,
 )
+from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.core.files import write_text
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.sweep_curves import write_curves_csv
-from lightning_rlvr.sweep_report import write_results_csv
+from lightning_rlvr.experiments.sweep.curves import write_curves_csv
+from lightning_rlvr.experiments.sweep.report import write_results_csv
 
 KILLS = 12  # SIGKILLs per writer
 SEED = 0

@@ -166,7 +166,7 @@ if __name__ == "__main__":
 def test_restoring_archived_runs_never_deletes_a_run_folder_a_live_process_holds(tmp_path, monkeypatch):
     from lightning_rlvr import sweep as sw
     from lightning_rlvr.core.process import locked
-    from lightning_rlvr.sweep_archive import archive_dir
+    from lightning_rlvr.experiments.sweep.archive import archive_dir
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "m.yaml").write_text("model: {lr: 1.0e-4}\n")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from lightning_rlvr.core.problem import Problem
 from lightning_rlvr.core.steps import evaluate, first_difference, first_wrong_result
-from lightning_rlvr.tasks.base import Problem
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,7 @@ def _echo(max_turns: int):
     ],
 )
 def test_the_first_fatal_action_is_the_first_after_which_no_plan_wins_in_time(actions, turns, expected):
-    from lightning_rlvr.envs.first_error import first_fatal_action, winnable
+    from lightning_rlvr.experiments.credit_lab.first_error import first_fatal_action, winnable
 
     env, problem = _echo(turns)
     assert first_fatal_action(env, problem, actions, turns) == expected
@@ -96,8 +96,9 @@ def test_the_first_fatal_action_is_the_first_after_which_no_plan_wins_in_time(ac
 
 
 def test_episode_first_errors_point_at_the_fatal_actions_first_token():
-    from lightning_rlvr.envs.episodes import run_episodes, turn_starts
-    from lightning_rlvr.envs.first_error import episode_first_errors
+    from lightning_rlvr.collect.episodes import run_episodes
+    from lightning_rlvr.core.rollout import turn_starts
+    from lightning_rlvr.experiments.credit_lab.first_error import episode_first_errors
     from lightning_rlvr.envs.vocab import build_word_tokenizer, word_vocabulary
 
     tok = build_word_tokenizer(word_vocabulary(["say go up left no won"]))

@@ -7,7 +7,7 @@ import errno
 
 import pytest
 
-from lightning_rlvr.errors import user_error
+from lightning_rlvr.core.errors import user_error
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EFBIG])

@@ -10,9 +10,8 @@ import pytest
 import torch
 import transformers
 
-from lightning_rlvr import gguf
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.models import PretrainedPolicy, apply_lora
+from lightning_rlvr.core.errors import RLVRError
+from lightning_rlvr.models import PretrainedPolicy, apply_lora, gguf
 from tests.real_model import tiny_real_llama
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lightning_rlvr.core.objectives import group_advantages, group_mean_std, group_standardize, standardize
 from lightning_rlvr.credit.dr_grpo import DrGRPOCredit
 from lightning_rlvr.credit.grpo import GRPOCredit
 from lightning_rlvr.credit.ktae import KTAECredit
 from lightning_rlvr.credit.mc import MonteCarloCredit
-from lightning_rlvr.objectives import group_advantages, group_mean_std, group_standardize, standardize
-from lightning_rlvr.scoring import Scorer
+from lightning_rlvr.scoring.scorer import Scorer
 from tests.test_mc_credit import BAD, EOS, GOOD, ToySampler, toy_rollout
 
 VALUES = [0.7, 0.9, 0.3, 0.1, 1 / 3, 0.37, -0.25, 123.456, 1e-7, 0.0, 1.0]
@@ -56,7 +56,7 @@ def site_standardize(v, g):  # SC-GRPO's diversity advantage over one group
 
 
 def site_assigners(v, g):  # the sequence advantage every credit assigner builds on
-    from lightning_rlvr.rollout import Rollout
+    from lightning_rlvr.core.rollout import Rollout
 
     r = Rollout.__new__(Rollout)
     r.rewards, r.group = v, g

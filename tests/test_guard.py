@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy
-from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.core.errors import RLVRError
+from lightning_rlvr.core.problem import Verdict
 from lightning_rlvr.guard import CollapseGuard
-from lightning_rlvr.tasks.base import Verdict
 from tests.test_module import trainer as quiet_trainer  # the bare test-scale Trainer
 
 RESULTS = Path(__file__).resolve().parents[1] / "sweeps" / "results"

@@ -18,12 +18,13 @@ import torch.nn.functional as F
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from lightning_rlvr.core.rollout import Rollout
+from lightning_rlvr.core.tensors import completion_mask_from_ids
 from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit, normalized_jsd, prompt_key, split_steps
 from lightning_rlvr.data import RLVRDataModule
 from lightning_rlvr.models import TinyPolicy
 from lightning_rlvr.module import RLVRModule
-from lightning_rlvr.rollout import Rollout, completion_mask_from_ids
-from lightning_rlvr.scoring import Scorer
+from lightning_rlvr.scoring.scorer import Scorer
 from lightning_rlvr.tasks.addition import AdditionTask
 from tests.rollouts import rollout_from_ids
 

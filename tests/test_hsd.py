@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lightning_rlvr.core.objectives import group_advantages
+from lightning_rlvr.core.rollout import Rollout
 from lightning_rlvr.credit.hsd import HSDCredit
 from lightning_rlvr.credit.self_conditioned import generalized_jsd
-from lightning_rlvr.objectives import group_advantages
-from lightning_rlvr.rollout import Rollout
 from tests.test_teacher_context import EOS, MARK, FakeLM, V, make_rollout, make_scorer, rule_logp
 
 G = 4
@@ -260,8 +260,8 @@ def _hsd_update(**hsd_kwargs) -> tuple[dict, dict]:
     Returns the gradients the update produced and what the old formula needs to redo it.
     """
     from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
-    from lightning_rlvr.rollout import sample
-    from lightning_rlvr.scoring import Scorer
+    from lightning_rlvr.collect.single_turn import sample
+    from lightning_rlvr.scoring.scorer import Scorer
 
     credit = HSDCredit(
         peer_template="{prompt}{reference};answer:{answer};{prompt}",
@@ -308,8 +308,8 @@ def _hsd_update(**hsd_kwargs) -> tuple[dict, dict]:
 
 def _old_formula_grads(ctx: dict, distill_weights: str = "seq_mean") -> dict:
     """The update before ``Credit.token_loss``, written out: seq-mean PG (ratio 1) + lambda * clipped JSD."""
-    from lightning_rlvr.objectives import loss_weights
-    from lightning_rlvr.scoring import causal_lm_forward, token_logprobs
+    from lightning_rlvr.core.objectives import loss_weights
+    from lightning_rlvr.scoring.scorer import causal_lm_forward, token_logprobs
 
     module, rollout, credit = ctx["module"], ctx["rollout"], ctx["credit"]
     module.model.zero_grad(set_to_none=True)

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
+from lightning_rlvr.core.objectives import group_advantages
 from lightning_rlvr.credit.ktae import KTAECredit, fisher_exact_p, information_gain
-from lightning_rlvr.objectives import group_advantages
 from tests.rollouts import rollout_from_ids
 
 EOS, PAD = 1, 0

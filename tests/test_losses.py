@@ -10,9 +10,9 @@ import yaml
 from lightning.pytorch import Trainer
 
 from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy
+from lightning_rlvr.core.objectives import loss_weights
 from lightning_rlvr.losses import CISPO, GSPO, PPOClip, tis_weights
-from lightning_rlvr.objectives import loss_weights
-from lightning_rlvr.scoring import Scorer
+from lightning_rlvr.scoring.scorer import Scorer
 from tests.conftest import QUICKSTART, REPO, TINY
 
 LOSSES = sorted((REPO / "configs" / "loss").glob("*.yaml"))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.rewards.math import (
     completion_answer,
     last_boxed,

@@ -7,11 +7,12 @@ import math
 import pytest
 import torch
 
-from lightning_rlvr.continuations import Continued, EngineSampler
+from lightning_rlvr.collect.continuations import EngineSampler
+from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.credit.mc import MonteCarloCredit
 from lightning_rlvr.engines.hf import HFGenerateEngine
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.scoring import Scorer
+from lightning_rlvr.scoring.continuations import Continued
+from lightning_rlvr.scoring.scorer import Scorer
 from tests.rollouts import rollout_from_ids
 
 PAD, EOS, GOOD, BAD = 0, 9, 1, 2

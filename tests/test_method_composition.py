@@ -17,10 +17,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.credit.texts import TaskTexts
-from lightning_rlvr.credit_view import load_credit
 from lightning_rlvr.envs.vocab import build_word_tokenizer, word_vocabulary
-from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.experiments.credit_lab.view import load_credit
 from lightning_rlvr.models import build_tiny_tokenizer
 from tests.conftest import REPO
 

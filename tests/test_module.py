@@ -7,9 +7,9 @@ import torch
 from lightning.pytorch import Trainer
 
 from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy
+from lightning_rlvr.core.errors import RLVRError
+from lightning_rlvr.core.problem import Verdict
 from lightning_rlvr.credit import Credit, GRPOCredit
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.tasks.base import Verdict
 
 
 def tiny_module(**kwargs) -> RLVRModule:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lightning_rlvr.objectives import (
+from lightning_rlvr.core.objectives import (
     group_advantages,
     kl_k3,
     loss_weights,

@@ -4,7 +4,7 @@ with each group's prompt run once (shared prompts) or once per row.
 Rollouts are built by hand with ragged prompts and completions, including empty and
 one-token completions and rows of the full width, so trimming and sorting have work to do.
 The padded reference is written out here (one forward over the whole [N, P + T] layout),
-independent of ``lightning_rlvr/packing.py``.
+independent of ``lightning_rlvr/scoring/packing.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import pytest
 import torch
 from lightning.pytorch import Trainer, seed_everything
 
-from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy, packing
+from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy
+from lightning_rlvr.core.objectives import loss_weights
+from lightning_rlvr.core.rollout import Rollout
 from lightning_rlvr.credit import Credit
 from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.hsd import HSDCredit
@@ -24,11 +26,10 @@ from lightning_rlvr.credit.shear import SHEARCredit
 from lightning_rlvr.credit.top_entropy import TopEntropyCredit
 from lightning_rlvr.losses import CISPO, GSPO, PPOClip
 from lightning_rlvr.models import apply_lora
-from lightning_rlvr.objectives import loss_weights
-from lightning_rlvr.packing import MicroBatch, causal_lm_forward, micro_batches, shares_prompts
-from lightning_rlvr.packing import forward as packed_forward
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer, entropy_from_logits, same_in_train_mode, token_logprobs
+from lightning_rlvr.scoring import packing
+from lightning_rlvr.scoring.packing import MicroBatch, causal_lm_forward, micro_batches, shares_prompts
+from lightning_rlvr.scoring.packing import forward as packed_forward
+from lightning_rlvr.scoring.scorer import Scorer, entropy_from_logits, same_in_train_mode, token_logprobs
 from tests.rollouts import rollout_from_ids
 
 SHAPE = dict(layers=2, hidden=32, heads=2, intermediate=64, max_positions=64)

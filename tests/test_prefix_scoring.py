@@ -11,10 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lightning_rlvr.core.tensors import left_pad
 from lightning_rlvr.credit.self_conditioned import generalized_jsd, kl_divergence
 from lightning_rlvr.models import TinyPolicy
-from lightning_rlvr.prefix_scoring import suffix_logits, supports_prefix_cache
-from lightning_rlvr.scoring import Scorer, TeacherScorer, causal_lm_forward, left_pad
+from lightning_rlvr.scoring.prefix_scoring import suffix_logits, supports_prefix_cache
+from lightning_rlvr.scoring.scorer import Scorer, TeacherScorer, causal_lm_forward
 from tests.rollouts import rollout_from_ids
 
 SHAPE = dict(layers=2, hidden=32, heads=2, intermediate=64, max_positions=64)
@@ -176,8 +177,8 @@ def test_rredcot_values_are_those_of_whole_sequences(model_and_vocab, last_value
     """RREDCoT's values V(s_k) for every cut, with each chain run once vs every query run whole."""
     from dataclasses import replace
 
+    from lightning_rlvr.core.problem import Problem
     from lightning_rlvr.credit.rredcot import RREDCoTCredit
-    from lightning_rlvr.tasks.base import Problem
 
     model, V, pad, eos = model_and_vocab
     _, tokenizer = TinyPolicy(**SHAPE).load()

@@ -15,15 +15,16 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from lightning_rlvr.core.problem import Problem
+from lightning_rlvr.core.rollout import Rollout
+from lightning_rlvr.core.tensors import left_pad
 from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.hsd import HSDCredit
 from lightning_rlvr.credit.opsd import OPSDCredit
 from lightning_rlvr.credit.sc_grpo import SCGRPOCredit
 from lightning_rlvr.prompts import PromptFormat
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer, left_pad
+from lightning_rlvr.scoring.scorer import Scorer
 from lightning_rlvr.tasks.addition import AdditionTask
-from lightning_rlvr.tasks.base import Problem
 from tests.real_model import real_tokenizer
 
 ASSISTANT = "<|im_start|>assistant\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.tasks import ReasoningGymTask, safe_check
 from lightning_rlvr.tasks.reasoning_gym import extract_answer
 

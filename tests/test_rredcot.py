@@ -14,6 +14,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from lightning_rlvr.core.problem import Problem
+from lightning_rlvr.core.rollout import Rollout
+from lightning_rlvr.core.tensors import completion_mask_from_ids, left_pad
 from lightning_rlvr.credit.rredcot import (
     DEFAULT_KEYWORDS,
     RREDCoTCredit,
@@ -22,9 +25,7 @@ from lightning_rlvr.credit.rredcot import (
     select_boundaries,
 )
 from lightning_rlvr.models import build_tiny_tokenizer
-from lightning_rlvr.rollout import Rollout, completion_mask_from_ids
-from lightning_rlvr.scoring import Scorer, left_pad
-from lightning_rlvr.tasks.base import Problem
+from lightning_rlvr.scoring.scorer import Scorer
 
 TOK = build_tiny_tokenizer()
 V = len(TOK)

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 import lightning_rlvr.rewards.sandbox as sb
-from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.core.errors import RLVRError
+from lightning_rlvr.core.problem import Problem
 from lightning_rlvr.rewards.sandbox import SandboxLimits, run_python, run_tests, sandbox_report
-from lightning_rlvr.tasks.base import Problem
 from lightning_rlvr.tasks.code import SandboxedCodeTask
 from tests.conftest import REPO
 

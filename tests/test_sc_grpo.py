@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from lightning_rlvr.core.objectives import group_advantages
 from lightning_rlvr.credit.sc_grpo import SCGRPOCredit
-from lightning_rlvr.objectives import group_advantages
 from tests.test_teacher_context import EOS, MARK, TABLE, make_rollout, make_scorer, rule_logp
 
 G = 4

@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer, entropy_from_logits
+from lightning_rlvr.core.rollout import Rollout
+from lightning_rlvr.scoring.scorer import Scorer, entropy_from_logits
 from tests.rollouts import rollout_from_ids
 
 V = 8

@@ -9,6 +9,9 @@ import ot
 import pytest
 import torch
 
+from lightning_rlvr.core.errors import RLVRError
+from lightning_rlvr.core.problem import Problem
+from lightning_rlvr.core.rollout import Rollout
 from lightning_rlvr.credit.shear import (
     SHEARCredit,
     _sinkhorn,
@@ -17,10 +20,7 @@ from lightning_rlvr.credit.shear import (
     sinkhorn_cost,
     span_starts,
 )
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import PolicyPass
-from lightning_rlvr.tasks.base import Problem
+from lightning_rlvr.scoring.scorer import PolicyPass
 
 SOLVERS = ["sinkhorn", "emd"]
 PRECISE = dict(reg=0.05, num_iter=3000, tol=1e-6)  # converged Sinkhorn, so its entropic bias bound applies

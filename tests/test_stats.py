@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import t as student_t
 
-from lightning_rlvr.stats import (
+from lightning_rlvr.experiments.stats import (
     min_detectable_difference,
     paired_comparison,
     t_interval,

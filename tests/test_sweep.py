@@ -200,11 +200,12 @@ def test_sweep_modules_import_without_a_cycle():
         "sweep_curves",
     }  # the statistics live in one place
     assert "sweep" not in imports["sweep_report"] | imports["sweep_spec"]
-    from lightning_rlvr import sweep_report, sweep_spec
+    from lightning_rlvr.experiments.sweep import report as sweep_report
+    from lightning_rlvr.experiments.sweep import spec as sweep_spec
 
     assert sw.run_dir is sweep_spec.run_dir is sweep_report.run_dir  # one definition, re-exported
     assert (sw.DONE, sw.TEST_METRICS) == (sweep_spec.DONE, sweep_spec.TEST_METRICS)
-    from lightning_rlvr import stats
+    from lightning_rlvr.experiments import stats
 
     assert sweep_report.t_interval is stats.t_interval and sweep_report.t_quantile is stats.t_quantile
 
@@ -511,7 +512,7 @@ def test_a_control_sweep_reruns_its_main_sweeps_runs_with_only_the_stated_change
 
 def test_the_run_archive_under_a_report_directory_is_committed_not_ignored():
     """A fresh clone resumes only from archived runs git keeps (a bare ``runs/`` ignore rule hid them)."""
-    from lightning_rlvr.sweep_archive import ARCHIVE
+    from lightning_rlvr.experiments.sweep.archive import ARCHIVE
 
     archived = f"sweeps/results/any_sweep/{ARCHIVE}/grpo__seed=0/logs/fit/version_0/metrics.csv"
     for path in (archived, f"sweeps/results/any_sweep/{ARCHIVE}/grpo__seed=0/DONE"):

@@ -12,9 +12,9 @@ import pytest
 from lightning_rlvr import sweep as sw
 from lightning_rlvr import sweep_curves as sc
 from lightning_rlvr import sweep_report as rep
-from lightning_rlvr.credit_eval import write_csv
-from lightning_rlvr.credit_metrics import Summary
-from lightning_rlvr.stats import min_detectable_difference
+from lightning_rlvr.experiments.credit_lab.evaluate import write_csv
+from lightning_rlvr.experiments.credit_lab.metrics import Summary
+from lightning_rlvr.experiments.stats import min_detectable_difference
 
 # Student's t, two-sided 95% (the 0.975 quantile), from any printed t-table
 T_TABLE = {1: 12.706, 2: 4.303, 4: 2.776}
@@ -214,7 +214,7 @@ def test_training_seconds_to_reach_the_target_come_from_the_step_times(tmp_path)
 
 
 def stats_time(curve, target):
-    from lightning_rlvr.stats import time_to_reach
+    from lightning_rlvr.experiments.stats import time_to_reach
 
     return time_to_reach(curve, target)
 

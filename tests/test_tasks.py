@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lightning_rlvr.errors import RLVRError
+from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.tasks import AdditionTask, JsonlTask, Problem, Task, Verdict, safe_check
 from lightning_rlvr.tasks.addition import addition_solution
 

@@ -16,6 +16,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lightning_rlvr.core.problem import Problem
+from lightning_rlvr.core.rollout import Rollout
+from lightning_rlvr.core.tensors import completion_mask_from_ids, left_pad
 from lightning_rlvr.credit.self_conditioned import (
     ContextTemplate,
     PeerSampler,
@@ -25,9 +28,7 @@ from lightning_rlvr.credit.self_conditioned import (
     kl_divergence,
     reference_ids,
 )
-from lightning_rlvr.rollout import Rollout, completion_mask_from_ids
-from lightning_rlvr.scoring import Scorer, left_pad
-from lightning_rlvr.tasks.base import Problem
+from lightning_rlvr.scoring.scorer import Scorer
 
 V = 10
 PAD, EOS, MARK = 0, 1, 9

@@ -13,9 +13,9 @@ import random
 import pytest
 import yaml
 
+from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.envs.base import safe_step
 from lightning_rlvr.envs.textworld import TextWorldCooking, generate_game, trim_observation
-from lightning_rlvr.errors import RLVRError
 from tests.conftest import QUICKSTART, REPO, TINY
 
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from lightning_rlvr.core.objectives import group_advantages
 from lightning_rlvr.credit.top_entropy import TopEntropyCredit
-from lightning_rlvr.objectives import group_advantages
 from tests.test_teacher_context import EOS, make_rollout, make_scorer, rule_logp
 
 

@@ -8,8 +8,8 @@ so a policy can learn the game in a few warm-start steps and every method has bo
 
 from __future__ import annotations
 
+from lightning_rlvr.core.problem import SPLITS, Problem, Verdict
 from lightning_rlvr.envs.base import Environment
-from lightning_rlvr.tasks.base import SPLITS, Problem, Verdict
 
 WORDS = ("go", "up", "left", "right")
 

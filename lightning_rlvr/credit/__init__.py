@@ -1,18 +1,18 @@
 """Credit assigners: one method a file, chosen in YAML by ``class_path``."""
 
-from lightning_rlvr.credit.base import Credit, CreditAssigner
-from lightning_rlvr.credit.dr_grpo import DrGRPOCredit
-from lightning_rlvr.credit.grpo import GRPOCredit
-from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
-from lightning_rlvr.credit.hsd import HSDCredit
-from lightning_rlvr.credit.ktae import KTAECredit
-from lightning_rlvr.credit.mc import MonteCarloCredit
-from lightning_rlvr.credit.opd import OPDCredit
-from lightning_rlvr.credit.opsd import OPSDCredit
-from lightning_rlvr.credit.rredcot import RREDCoTCredit
-from lightning_rlvr.credit.sc_grpo import SCGRPOCredit
-from lightning_rlvr.credit.shear import SHEARCredit
-from lightning_rlvr.credit.top_entropy import TopEntropyCredit
+from .base import Credit, CreditAssigner
+from .dr_grpo import DrGRPOCredit
+from .grpo import GRPOCredit
+from .hp_rlvr import HPRLVRCredit
+from .hsd import HSDCredit
+from .ktae import KTAECredit
+from .mc import MonteCarloCredit
+from .opd import OPDCredit
+from .opsd import OPSDCredit
+from .rredcot import RREDCoTCredit
+from .sc_grpo import SCGRPOCredit
+from .shear import SHEARCredit
+from .top_entropy import TopEntropyCredit
 
 __all__ = [
     "Credit",

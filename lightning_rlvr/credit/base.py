@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
-from lightning_rlvr.distributed import gather_objects, rank
-from lightning_rlvr.objectives import group_advantages
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer
+from ..core.distributed import gather_objects, rank
+from ..core.objectives import group_advantages
+from ..core.rollout import Rollout
+from ..scoring.scorer import Scorer
 
 TokenLoss = Callable[[Tensor, Tensor], Tensor]
 """``token_loss(logits, rows) -> [m, T]``: an extra per-token loss for minibatch ``rows`` [m].

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_rlvr.credit.base import TokenLoss
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import TopK, bucket_logprobs
+from ..core.rollout import Rollout
+from ..scoring.scorer import TopK, bucket_logprobs
+from .base import TokenLoss
 
 LOG_ZERO = -1.0e4  # stands for log 0 in bucket log-probs: exp() is exactly 0, and no inf - inf
 

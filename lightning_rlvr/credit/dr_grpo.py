@@ -9,7 +9,7 @@ and a constant normaliser; pair this class with a loss whose ``loss_agg`` is ``c
 
 from __future__ import annotations
 
-from lightning_rlvr.credit.grpo import GRPOCredit
+from .grpo import GRPOCredit
 
 
 class DrGRPOCredit(GRPOCredit):

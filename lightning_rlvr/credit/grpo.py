@@ -5,9 +5,9 @@ Formulas, defaults and provenance of every method: ``docs/methods.md``.
 
 from __future__ import annotations
 
-from lightning_rlvr.credit.base import Credit, CreditAssigner
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer
+from ..core.rollout import Rollout
+from ..scoring.scorer import Scorer
+from .base import Credit, CreditAssigner
 
 
 class GRPOCredit(CreditAssigner):

@@ -61,11 +61,11 @@ from collections import OrderedDict
 import torch
 from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit, CreditAssigner
-from lightning_rlvr.credit.texts import TaskTexts
-from lightning_rlvr.prompts import fill
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer
+from ..core.rollout import Rollout
+from ..prompts import fill
+from ..scoring.scorer import Scorer
+from .base import Credit, CreditAssigner
+from .texts import TaskTexts
 
 LN2 = math.log(2.0)
 _FIELDS = ("future", "verdict", "feedback")

@@ -46,19 +46,19 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit
-from lightning_rlvr.credit.distill import teacher_token_loss
-from lightning_rlvr.credit.self_conditioned import (
+from ..core.objectives import AGGREGATIONS
+from ..core.rollout import Rollout
+from ..scoring.scorer import Scorer, TopK
+from .base import Credit
+from .distill import teacher_token_loss
+from .self_conditioned import (
     ContextTemplate,
     SelfConditionedCredit,
     first_divergence,
     generalized_jsd,
     span_mask,
 )
-from lightning_rlvr.credit.texts import TaskTexts
-from lightning_rlvr.objectives import AGGREGATIONS
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer, TopK
+from .texts import TaskTexts
 
 DEFAULT_PEER_TEMPLATE = (
     "{prompt}\nA successful solution to this problem follows; use it as a reference.\n"

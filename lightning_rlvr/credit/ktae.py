@@ -50,9 +50,9 @@ import math
 import torch
 from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit, CreditAssigner
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer
+from ..core.rollout import Rollout
+from ..scoring.scorer import Scorer
+from .base import Credit, CreditAssigner
 
 
 def _log_comb(n: Tensor, k: Tensor) -> Tensor:

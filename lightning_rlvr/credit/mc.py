@@ -29,7 +29,7 @@ estimated once and shared.
 
 The extra generation is this method's cost; ``credit/generated_tokens`` and
 ``credit/continuations`` log it. Sampling goes through
-``Scorer.continue_and_verify``, which under FSDP makes every rank join the same
+``continue_and_verify`` (the scorer's continuation sampler), which under FSDP makes every rank join the same
 number of ``generate`` calls.
 """
 
@@ -38,13 +38,13 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit, CreditAssigner
-from lightning_rlvr.envs.episodes import turn_starts
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.objectives import group_mean_std
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer
+from ..core.errors import RLVRError
+from ..core.objectives import group_mean_std
+from ..core.rollout import Rollout, turn_starts
+from ..scoring.scorer import Scorer, scoring_mode
+from .base import Credit, CreditAssigner
 
 
 class MonteCarloCredit(CreditAssigner):
@@ -139,7 +139,7 @@ class MonteCarloCredit(CreditAssigner):
                     q_cuts.append(b)
             row_bounds.append(bounds)
             row_keys.append(ks)
-        est = scorer.continue_and_verify(q_rows, q_cuts, self.num_samples).float().mean(-1).tolist()
+        est = continue_and_verify(scorer, q_rows, q_cuts, self.num_samples).float().mean(-1).tolist()
         vals = []
         for i in range(N):
             v = [est[keys[k]] for k in row_keys[i]]
@@ -172,3 +172,31 @@ class MonteCarloCredit(CreditAssigner):
                 "value_root_mean": sum(roots) / max(len(roots), 1),
             },
         )
+
+
+def continue_and_verify(scorer: Scorer, rows: list[int], cuts: list[int], n: int) -> Tensor:
+    """Rewards [K, n] of ``n`` verified continuations of each ``completion[rows[k], :cuts[k]]``.
+
+    The context is the row's own prompt and the first ``cuts[k]`` completion tokens; the continuation
+    is sampled by the scorer's continuation sampler (its policy, no gradient, eval mode) and the whole
+    completion (prefix + continuation) goes to the task's verifier. Its tokens count in the scorer's
+    ``forward_tokens`` and ``generated_tokens``.
+    """
+    if scorer.sampler is None:
+        raise RLVRError(
+            "this credit method samples continuations, but the Scorer was built without a sampler; "
+            "build it with sampler=EngineSampler.of(module) (lightning_rlvr.collect.continuations)"
+        )
+    r = scorer.rollout
+    prompts = [r.prompt_tokens(i) for i in rows]
+    prefixes = [r.completion_ids[i, :c] for i, c in zip(rows, cuts)]
+    problems = [r.problems[int(r.group[i])] for i in rows]
+    with scoring_mode(scorer.model):
+        if r.policy_mask is not None:  # episodes: the sampler replays the prefix's actions in the game
+            masks = [r.loss_mask[i, :c] for i, c in zip(rows, cuts)]
+            out = scorer.sampler(prompts, prefixes, problems, n, policy_masks=masks)
+        else:
+            out = scorer.sampler(prompts, prefixes, problems, n)
+    scorer.forward_tokens += out.forward_tokens
+    scorer.generated_tokens += out.generated_tokens
+    return out.rewards

@@ -23,14 +23,23 @@ otherwise ``setup`` raises one ``RLVRError`` naming both sizes.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol
 
-from lightning_rlvr.credit.opsd import Divergence, OPSDCredit
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.models import PolicySource
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer, TeacherScorer
-from lightning_rlvr.warmstart import WarmStart
+from ..core.errors import RLVRError
+from ..core.rollout import Rollout
+from ..models.policies import PolicySource
+from ..scoring.scorer import Scorer, TeacherScorer
+from .opsd import Divergence, OPSDCredit
+
+
+class TeacherWarmStart(Protocol):
+    """What OPD asks of the teacher's warm start: ``lightning_rlvr.warmstart.WarmStart`` is one.
+
+    A protocol, so that credit methods never import the warm start (it samples, which credit never
+    does); YAML names the class as usual (``class_path: lightning_rlvr.warmstart.WarmStart``).
+    """
+
+    def run(self, model, tokenizer, policy, task, engine=None, render=None) -> dict: ...
 
 
 def output_size(model) -> int:
@@ -78,7 +87,7 @@ class OPDCredit(OPSDCredit):
     def __init__(
         self,
         teacher: PolicySource,
-        teacher_warm_start: WarmStart | None = None,
+        teacher_warm_start: TeacherWarmStart | None = None,
         teacher_template: str | None = None,
         distill_coef: float = 1.0,
         pg_coef: float = 0.0,

@@ -36,18 +36,18 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit, CreditAssigner
-from lightning_rlvr.credit.distill import teacher_token_loss
-from lightning_rlvr.credit.hsd import DEFAULT_ANSWER_TEMPLATE
-from lightning_rlvr.credit.self_conditioned import (
+from ..core.rollout import Rollout
+from ..scoring.scorer import Scorer
+from .base import Credit, CreditAssigner
+from .distill import teacher_token_loss
+from .hsd import DEFAULT_ANSWER_TEMPLATE
+from .self_conditioned import (
     ContextTemplate,
     SelfConditionedCredit,
     generalized_jsd,
     span_mask,
 )
-from lightning_rlvr.credit.texts import TaskTexts
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer
+from .texts import TaskTexts
 
 Divergence = Literal["reverse_kl", "jsd"]
 

@@ -47,10 +47,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit, CreditAssigner
-from lightning_rlvr.credit.texts import TaskTexts
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer
+from ..core.rollout import Rollout
+from ..scoring.scorer import Scorer
+from .base import Credit, CreditAssigner
+from .texts import TaskTexts
 
 DEFAULT_BOUNDARY_TEXTS = ["\n\n"]
 DEFAULT_KEYWORDS = ["Therefore", "So", "Thus", "Next", "First", "Then", "Finally", "Wait"]

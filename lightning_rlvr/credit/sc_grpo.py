@@ -37,8 +37,12 @@ import math
 
 import torch
 
-from lightning_rlvr.credit.base import Credit
-from lightning_rlvr.credit.self_conditioned import (
+from ..core.distributed import gather_values
+from ..core.objectives import standardize
+from ..core.rollout import Rollout
+from ..scoring.scorer import Scorer
+from .base import Credit
+from .self_conditioned import (
     ContextTemplate,
     SelfConditionedCredit,
     first_divergence,
@@ -46,11 +50,7 @@ from lightning_rlvr.credit.self_conditioned import (
     quantile,
     span_mask,
 )
-from lightning_rlvr.credit.texts import TaskTexts
-from lightning_rlvr.distributed import gather_values
-from lightning_rlvr.objectives import standardize
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer
+from .texts import TaskTexts
 
 DEFAULT_TEMPLATE = (
     "{prompt}\nA verified correct solution to this problem follows; use it as a reference.\n"

@@ -54,10 +54,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from lightning_rlvr.credit.base import CreditAssigner
-from lightning_rlvr.prompts import fill
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import DivergenceFn, Scorer, TopK
+from ..core.rollout import Rollout
+from ..prompts import fill
+from ..scoring.scorer import DivergenceFn, Scorer, TopK
+from .base import CreditAssigner
 
 FIELDS = ("prompt", "reference", "answer")
 _FIELD = re.compile(r"\{(prompt|reference|answer)\}")

@@ -70,10 +70,10 @@ import ot
 import torch
 from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit, CreditAssigner
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer
+from ..core.errors import RLVRError
+from ..core.rollout import Rollout
+from ..scoring.scorer import Scorer
+from .base import Credit, CreditAssigner
 
 SOLVERS = ("sinkhorn", "emd")
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_rlvr.errors import RLVRError
+from ..core.errors import RLVRError
 
 
 class TaskTexts:

@@ -26,10 +26,10 @@ import math
 import torch
 from torch import Tensor
 
-from lightning_rlvr.credit.base import Credit, CreditAssigner
-from lightning_rlvr.credit.self_conditioned import quantile
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer
+from ..core.rollout import Rollout
+from ..scoring.scorer import Scorer
+from .base import Credit, CreditAssigner
+from .self_conditioned import quantile
 
 
 class TopEntropyCredit(CreditAssigner):

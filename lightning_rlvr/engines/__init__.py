@@ -7,6 +7,6 @@
 Only the base classes are imported here; each engine module is imported when chosen.
 """
 
-from lightning_rlvr.engines.base import Generation, RolloutEngine, Sampling
+from .base import Generation, RolloutEngine, Sampling
 
 __all__ = ["Generation", "RolloutEngine", "Sampling"]

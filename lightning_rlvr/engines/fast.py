@@ -57,9 +57,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_rlvr.engines import kv_reuse
-from lightning_rlvr.engines.base import Generation, RolloutEngine, Sampling
-from lightning_rlvr.errors import RLVRError
+from ..core.errors import RLVRError
+from . import kv_reuse
+from .base import Generation, RolloutEngine, Sampling
 
 
 def _full(t: Tensor | None) -> Tensor | None:

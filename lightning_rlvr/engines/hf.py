@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lightning_rlvr.distributed import world_size
-from lightning_rlvr.engines.base import Generation, RolloutEngine, Sampling
-from lightning_rlvr.rollout import completion_mask_from_ids
+from ..core.distributed import world_size
+from ..core.tensors import completion_mask_from_ids
+from .base import Generation, RolloutEngine, Sampling
 
 
 class HFGenerateEngine(RolloutEngine):

@@ -29,8 +29,8 @@ import tempfile
 import torch
 from torch import Tensor
 
-from lightning_rlvr.engines.base import Generation, RolloutEngine, Sampling
-from lightning_rlvr.errors import RLVRError
+from ..core.errors import RLVRError
+from .base import Generation, RolloutEngine, Sampling
 
 
 def _full_state_dict(model) -> dict[str, Tensor]:

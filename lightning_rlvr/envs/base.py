@@ -8,16 +8,16 @@ that it plays one episode at a time:
 - ``step(action) -> (observation, done, verdict)``: play one action; ``verdict`` is the final score
   when ``done`` and None before;
 - ``clone()``: an independent copy of the same configuration, so a batch of episodes can run side by
-  side (``lightning_rlvr.envs.episodes.run_episodes`` clones one per row).
+  side (``lightning_rlvr.collect.episodes.run_episodes`` clones one per row).
 
 An action the game cannot parse is a move like any other: the environment answers it with its own
 error observation. ``safe_step`` turns an adapter that raises into an observation that ends the episode
 with reward 0, so a broken game never stops training.
 
-Training asks the task how to roll out (``Task.rollout``): an environment plays ``group_size`` episodes
-of each problem through ``run_episodes``, one call of the module's rollout engine per turn over every
-live episode, and returns them scored by the game's verdicts. The warm start trains on the expert's
-episodes (``worked_example``) and ``rollout_metrics`` reports success, turns and invalid actions.
+Training collects episodes through ``lightning_rlvr.collect.roll_out``: ``group_size`` episodes of each
+problem, one call of the module's rollout engine per turn over every live episode, scored by the game's
+verdicts. The warm start trains on the expert's episodes (``collect.worked_example``) and
+``rollout_metrics`` reports success, turns and invalid actions.
 
 ``check(completion, problem)`` replays a completion as one action per line, so a single-turn policy (or
 the worked ``Problem.solution``, the expert's actions joined by newlines) is scored by the same rules.
@@ -26,12 +26,10 @@ the worked ``Problem.solution``, the expert's actions joined by newlines) is sco
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING
 
-from lightning_rlvr.tasks.base import Problem, Task, Verdict
-
-if TYPE_CHECKING:
-    from lightning_rlvr.rollout import Rollout, Sampler
+from ..core.problem import Problem, Verdict
+from ..core.rollout import Rollout
+from ..tasks.base import Task
 
 
 class Environment(Task):
@@ -92,23 +90,6 @@ class Environment(Task):
 
     # -- training: how the module rolls out, warm-starts and reports an environment ---------------
 
-    def rollout(self, sampler: Sampler, problems: list[Problem], group_size: int) -> Rollout:
-        """``group_size`` scored episodes of each problem, one engine call per turn (``run_episodes``).
-
-        ``sampler.sampling.max_new_tokens`` is the budget of one action; an action ends at EOS or
-        at its first newline. Episodes stop before the context outgrows the model's positions.
-        """
-        from lightning_rlvr.envs.episodes import engine_generate, run_episodes
-
-        generate = engine_generate(sampler.engine, sampler.model, sampler.tokenizer, sampler.sampling)
-        positions = getattr(getattr(sampler.model, "config", None), "max_position_embeddings", None)
-        return run_episodes(
-            self, problems, group_size, generate, sampler.tokenizer,
-            max_new_tokens_per_turn=sampler.sampling.max_new_tokens,
-            render=sampler.render,
-            max_context_tokens=positions,
-        )  # fmt: skip
-
     def policy_token_budget(self, max_new_tokens: int) -> int:
         """``max_turns`` actions of at most ``max_new_tokens`` each (Dr. GRPO's constant normaliser)."""
         return self.max_turns * max_new_tokens
@@ -120,16 +101,6 @@ class Environment(Task):
         if rollout.invalid_actions is not None:
             metrics["invalid_actions"] = float(rollout.invalid_actions.float().mean())
         return metrics
-
-    def worked_example(self, problem: Problem, tokenizer, render=None) -> tuple[list[int], list[int]]:
-        """The expert's episode (``expert_rollout``): labels on the expert's actions only."""
-        from lightning_rlvr.envs.episodes import expert_rollout
-
-        r = expert_rollout(self, [problem], tokenizer, render=render)
-        prompt, n = r.prompt_tokens(0).tolist(), int(r.completion_mask[0].sum())
-        completion = r.completion_ids[0, :n].tolist()
-        labels = [t if int(m) else -100 for t, m in zip(completion, r.loss_mask[0, :n].tolist())]
-        return prompt + completion, [-100] * len(prompt) + labels
 
     def vocabulary_texts(self, split: str = "train", limit: int = 64) -> list[str]:
         """Texts whose words the offline tokenizer should know (observations, commands, objects).

@@ -22,8 +22,8 @@ import random
 
 import numpy as np
 
-from lightning_rlvr.envs.base import Environment, safe_step
-from lightning_rlvr.tasks.base import SPLITS, Problem, Verdict
+from ..core.problem import SPLITS, Problem, Verdict
+from .base import Environment, safe_step
 
 _SPLIT_OFFSET = {"train": 0, "val": 1, "test": 2}
 # Moves played to see a game's replies when building the vocabulary (games have no worked solutions):

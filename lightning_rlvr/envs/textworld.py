@@ -38,11 +38,11 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from lightning_rlvr.core.paths import cache_root
-from lightning_rlvr.core.progress import Progress
-from lightning_rlvr.envs.base import Environment
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.tasks.base import SPLITS, Problem, Verdict
+from ..core.errors import RLVRError
+from ..core.paths import cache_root
+from ..core.problem import SPLITS, Problem, Verdict
+from ..core.progress import Progress
+from .base import Environment
 
 ROOM_CHOICES = (1, 6, 9, 12)  # the cooking generator's map sizes
 FOOD_SPLIT = {"train": "train", "val": "valid", "test": "test"}  # our split -> generator's food split

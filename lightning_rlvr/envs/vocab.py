@@ -26,9 +26,9 @@ from typing import Any
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from lightning_rlvr.envs.base import Environment
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.models import SPECIAL_TOKENS, PolicySource, small_llama
+from ..core.errors import RLVRError
+from ..models.policies import SPECIAL_TOKENS, PolicySource, small_llama
+from .base import Environment
 
 PIECE = r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]|\n| "  # a word, a digit, a symbol (each with its space)
 _PIECE = re.compile(PIECE)

@@ -1,8 +1,8 @@
 """Verifiers and reward shaping: math answer equivalence, a code sandbox, DAPO's overlong penalty."""
 
-from lightning_rlvr.rewards.math import completion_answer, math_equal, math_reward, reference_answer
-from lightning_rlvr.rewards.overlong import OverlongPenalty, RewardShaper
-from lightning_rlvr.rewards.sandbox import SandboxLimits, SandboxResult, run_python, run_tests, sandbox_report
+from .math import completion_answer, math_equal, math_reward, reference_answer
+from .overlong import OverlongPenalty, RewardShaper
+from .sandbox import SandboxLimits, SandboxResult, run_python, run_tests, sandbox_report
 
 __all__ = [
     "OverlongPenalty",

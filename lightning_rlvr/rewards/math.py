@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 import threading
 
-from lightning_rlvr.rewards.answers import NUMBER_PATTERN, AnswerParser, last_boxed
+from .answers import NUMBER_PATTERN, AnswerParser, last_boxed
 
 _TIMEOUT_S = 5
 _NUMBER = re.compile(rf"(?<![\d.])(?:{NUMBER_PATTERN})")

@@ -6,7 +6,7 @@ Each run starts one trusted *harness* process (``python -I -c _HARNESS``). The h
 
 1. enters new mount, PID, network, IPC and UTS namespaces (as an unprivileged user, a new user
    namespace too, in which it maps only its own uid); if that is impossible the run is refused
-   with one :class:`~lightning_rlvr.errors.RLVRError` unless ``SandboxLimits.unsafe`` is set;
+   with one :class:`~lightning_rlvr.core.errors.RLVRError` unless ``SandboxLimits.unsafe`` is set;
 2. makes every mount read-only (``mount_setattr(AT_RECURSIVE)``, or a remount per mount on older
    kernels), mounts a size-limited ``tmpfs`` on ``/tmp`` (the work dir: bounds the total disk use),
    gives each world-writable directory of the host (found once per trainer process, by a walk of
@@ -59,7 +59,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lightning_rlvr.errors import RLVRError
+from ..core.errors import RLVRError
 
 log = logging.getLogger(__name__)
 

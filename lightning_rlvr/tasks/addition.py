@@ -15,8 +15,9 @@ from __future__ import annotations
 import random
 import re
 
-from lightning_rlvr.core.steps import first_difference
-from lightning_rlvr.tasks.base import SPLITS, Problem, Task, Verdict, split_of
+from ..core.problem import SPLITS, Problem, Verdict, split_of
+from ..core.steps import first_difference
+from .base import Task
 
 _ANSWER = re.compile(r"answer:\s*(-?\d+)")
 

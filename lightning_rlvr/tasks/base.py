@@ -8,60 +8,12 @@ that raises gives reward 0 and a counted error instead of stopping the run.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.rewards.answers import AnswerParser
-
-if TYPE_CHECKING:  # rollout.py imports this module
-    from lightning_rlvr.rollout import Rollout, Sampler
-
-SPLITS = ("train", "val", "test")
-
-
-def split_of(key: str, test_fraction: float) -> str:
-    """``test``, ``val`` or ``train`` for ``key`` by a stable hash: a fixed share each for test and val.
-
-    Procedural tasks assign every item to a split by its content, so splits are
-    disjoint by construction and never change under a fixed seed (put it in ``key``).
-    """
-    h = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    u = int.from_bytes(h, "little") / 2**64
-    if u < test_fraction:
-        return "test"
-    if u < 2 * test_fraction:
-        return "val"
-    return "train"
-
-
-@dataclass
-class Problem:
-    """One prompt with its reference answer and, when the task has one, a worked solution."""
-
-    prompt: str
-    answer: str
-    solution: str | None = None  # a completion that earns reward 1 (for the warm start)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Verdict:
-    """A verifier's output: a reward, a short feedback message (used by hindsight methods) and correctness.
-
-    ``correct`` is the one definition of success every component reads (peer choice, routing,
-    accuracy, pass@k). It defaults to ``reward > 0.5``; a task with partial credit sets it itself.
-    Reward shaping (e.g. an overlong penalty) changes the reward, never ``correct``.
-    """
-
-    reward: float
-    feedback: str = ""
-    correct: bool | None = None  # None: decided from the reward
-
-    def __post_init__(self) -> None:
-        if self.correct is None:
-            self.correct = float(self.reward) > 0.5
+from ..core.errors import RLVRError
+from ..core.problem import Problem, Verdict
+from ..core.rollout import Rollout
+from ..rewards.answers import AnswerParser
 
 
 class Task:
@@ -121,18 +73,6 @@ class Task:
         is correct, or when the task cannot tell (the default).
         """
         return None
-
-    def rollout(self, sampler: Sampler, problems: list[Problem], group_size: int) -> Rollout:
-        """``group_size`` samples of each problem: the one place a task says how it is rolled out.
-
-        A task answers in one completion: the engine samples it and the module verifies it
-        afterwards (``rewards`` stay None here). An ``Environment`` overrides this to play
-        episodes and returns them already scored.
-        """
-        from lightning_rlvr.rollout import generate_rollout
-
-        s = sampler
-        return generate_rollout(s.engine, s.model, s.tokenizer, problems, group_size, s.sampling, s.render)
 
     def prompt_template(self) -> str:
         """How a question becomes this task's prompt, ``{question}`` marking it (``export`` bakes it, with

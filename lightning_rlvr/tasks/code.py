@@ -35,9 +35,10 @@ import re
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from lightning_rlvr.rewards.sandbox import SandboxLimits, run_tests, sandbox_report
-from lightning_rlvr.tasks.base import SPLITS, Problem, Task, Verdict, safe_check
-from lightning_rlvr.tasks.jsonl import JsonlTask, check_rows
+from ..core.problem import SPLITS, Problem, Verdict
+from ..rewards.sandbox import SandboxLimits, run_tests, sandbox_report
+from .base import Task, safe_check
+from .jsonl import JsonlTask, check_rows
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
@@ -107,7 +108,7 @@ class SandboxedCodeTask(Task):
     Subclasses put ``tests`` in ``problem.answer`` and, in ``problem.meta``, ``prefix``
     (code placed before the completion) and ``entry_point`` (HumanEval's ``check`` target).
     Reward 1 only when every test ran to the end in the trusted harness. Construction probes
-    the sandbox once and raises :class:`~lightning_rlvr.errors.RLVRError` where this machine
+    the sandbox once and raises :class:`~lightning_rlvr.core.errors.RLVRError` where this machine
     cannot isolate code (see ``SandboxLimits.unsafe``).
     """
 

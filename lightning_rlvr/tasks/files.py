@@ -26,7 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from lightning_rlvr.errors import RLVRError
+from ..core.errors import RLVRError
 
 FORMATS = (".jsonl", ".json", ".csv", ".parquet")
 

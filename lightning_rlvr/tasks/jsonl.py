@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import re
 
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.rewards.answers import SIGNED_NUMBER, AnswerParser
-from lightning_rlvr.rewards.math import drop_thousands_separators, trailing_list
-from lightning_rlvr.tasks.base import Problem, Task, Verdict
-from lightning_rlvr.tasks.files import read_rows
+from ..core.errors import RLVRError
+from ..core.problem import Problem, Verdict
+from ..rewards.answers import SIGNED_NUMBER, AnswerParser
+from ..rewards.math import drop_thousands_separators, trailing_list
+from .base import Task
+from .files import read_rows
 
 
 def normalise_answer(text: str) -> str:

@@ -14,10 +14,10 @@ compared whole: ``(1, 5)`` is not ``(3, 5)``, ``[1, 5]`` is not ``(1, 5)``, ``2,
 
 from __future__ import annotations
 
-from lightning_rlvr.rewards.answers import AnswerParser
-from lightning_rlvr.rewards.math import MATH_ANSWERS, completion_answer, math_reward, reference_answer
-from lightning_rlvr.tasks.base import SPLITS, Problem, Verdict
-from lightning_rlvr.tasks.jsonl import JsonlTask, check_rows
+from ..core.problem import SPLITS, Problem, Verdict
+from ..rewards.answers import AnswerParser
+from ..rewards.math import MATH_ANSWERS, completion_answer, math_reward, reference_answer
+from .jsonl import JsonlTask, check_rows
 
 
 class MathTask(JsonlTask):

@@ -32,10 +32,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from lightning_rlvr.core.steps import first_difference, first_wrong_result
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.rewards.answers import AnswerParser
-from lightning_rlvr.tasks.base import SPLITS, Problem, Task, Verdict, split_of
+from ..core.errors import RLVRError
+from ..core.problem import SPLITS, Problem, Verdict, split_of
+from ..core.steps import first_difference, first_wrong_result
+from ..rewards.answers import AnswerParser
+from .base import Task
 
 RG_ANSWERS = AnswerParser(formats=["tag", "colon"], kind="text", max_words=None)
 DEFAULT_TEMPLATE = "{question}\nGive your final answer as <answer>...</answer>.\n"

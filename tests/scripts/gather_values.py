@@ -3,7 +3,7 @@
 import torch
 import torch.distributed as dist
 
-from lightning_rlvr.distributed import all_sum, gather_values, max_over_ranks
+from lightning_rlvr.core.distributed import all_sum, gather_values, max_over_ranks
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()

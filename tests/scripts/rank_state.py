@@ -18,9 +18,9 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.strategies import ModelParallelStrategy
 
 from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
+from lightning_rlvr.core.distributed import rank
 from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.data import RLVRDataModule
-from lightning_rlvr.distributed import rank
 
 
 def policy() -> TinyPolicy:

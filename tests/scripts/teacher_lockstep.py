@@ -19,10 +19,10 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 
 import lightning_rlvr.module as module_file
 from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
+from lightning_rlvr.core.distributed import rank
 from lightning_rlvr.credit.hsd import HSDCredit
 from lightning_rlvr.data import RLVRDataModule
-from lightning_rlvr.distributed import rank
-from lightning_rlvr.scoring import Scorer
+from lightning_rlvr.scoring.scorer import Scorer
 
 
 class UncachedScorer(Scorer):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from lightning_rlvr.credit_metrics import localisation, mean_before_after
+from .metrics import localisation, mean_before_after
 
 
 @dataclass

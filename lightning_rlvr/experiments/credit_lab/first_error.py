@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lightning_rlvr.envs.base import Environment
-from lightning_rlvr.envs.episodes import action_text
-from lightning_rlvr.tasks.base import Problem
+from ...collect.episodes import action_text
+from ...core.problem import Problem
+from ...envs.base import Environment
 
 
 def actions_of(rollout, row: int, tokenizer) -> list[tuple[int, str]]:

@@ -32,16 +32,16 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from lightning_rlvr.core.files import write_bytes, write_text
-from lightning_rlvr.core.rng import seeded
-from lightning_rlvr.credit_metrics import Summary, is_constant, spearman, summarise
+from ...core.files import write_bytes, write_text
+from ...core.rng import seeded
+from .metrics import Summary, is_constant, spearman, summarise
 
 log = logging.getLogger(__name__)
 
 
 def oracle(samples: int, every: int):
     """The lab's Monte-Carlo oracle: raw value differences, cuts every ``every`` tokens."""
-    from lightning_rlvr.credit.mc import MonteCarloCredit
+    from ...credit.mc import MonteCarloCredit
 
     return MonteCarloCredit(
         num_samples=samples, segment="tokens", every=every, max_segments=64, scale_by_std=False

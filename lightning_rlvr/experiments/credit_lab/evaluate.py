@@ -41,11 +41,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from lightning_rlvr.core.files import write_text
-from lightning_rlvr.core.rng import seeded
-from lightning_rlvr.credit_ceiling import agreement, ceiling, curve, share, split_oracle, write_curve
-from lightning_rlvr.credit_claims import new_claims, record_claims
-from lightning_rlvr.credit_metrics import (
+from ...core.errors import RLVRError, user_error
+from ...core.files import write_text
+from ...core.rng import seeded
+from .ceiling import agreement, ceiling, curve, share, split_oracle, write_curve
+from .claims import new_claims, record_claims
+from .metrics import (
     Summary,
     coverage,
     is_constant,
@@ -54,9 +55,8 @@ from lightning_rlvr.credit_metrics import (
     spearman_or_zero,
     summarise,
 )
-from lightning_rlvr.credit_report import markdown, plot, write_claims, write_csv
-from lightning_rlvr.credit_view import DEFAULT_METHODS, assign_all, load_module_and_methods
-from lightning_rlvr.errors import RLVRError, user_error
+from .report import markdown, plot, write_claims, write_csv
+from .view import DEFAULT_METHODS, assign_all, load_module_and_methods
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def first_error_tokens(task, rollout, tokenizer) -> list[int | None]:
     first error is the first token of the first action after which the game can no longer be won
     within its turn limit (``envs.first_error``)."""
     if getattr(rollout, "policy_mask", None) is not None and hasattr(task, "reset"):
-        from lightning_rlvr.envs.first_error import episode_first_errors
+        from .first_error import episode_first_errors
 
         return episode_first_errors(task, rollout, tokenizer)
     out: list[int | None] = []
@@ -225,8 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from lightning_rlvr.continuations import EngineSampler
-    from lightning_rlvr.scoring import Scorer
+    from ...collect.continuations import EngineSampler
+    from ...scoring.scorer import Scorer
 
     if (
         min(args.prompts, args.batch_prompts, args.oracle_samples, args.oracle_every, args.ceiling_prompts)
@@ -253,7 +253,6 @@ def run(args: argparse.Namespace) -> dict:
     for b in starts:
         with seeded(args.seed, "rollout", b), torch.no_grad():
             rollouts[b] = module.rollout(problems[b : b + args.batch_prompts], G)
-            module.verify(rollouts[b])
 
     def make_for(rollout):
         return lambda: Scorer(

@@ -1,6 +1,6 @@
 """Where does each method put the credit? One group of rollouts, every method's token weights, as HTML.
 
-    python -m lightning_rlvr.credit_view --ckpt runs/quickstart/checkpoints/last.ckpt \\
+    python -m lightning_rlvr.experiments.credit_lab.view --ckpt runs/quickstart/checkpoints/last.ckpt \\
         --methods configs/method/grpo.yaml configs/method/shear.yaml --prompt-index 0 --out view.html
 
 For one prompt, the checkpoint's policy samples one group of G completions and
@@ -38,13 +38,13 @@ import torch
 import yaml
 from torch import Tensor
 
-from lightning_rlvr.core.files import write_text
-from lightning_rlvr.core.rng import seeded
-from lightning_rlvr.core.steps import first_difference
-from lightning_rlvr.credit.base import Credit, CreditAssigner
-from lightning_rlvr.objectives import group_advantages
-from lightning_rlvr.rollout import Rollout
-from lightning_rlvr.scoring import Scorer
+from ...core.files import write_text
+from ...core.objectives import group_advantages
+from ...core.rng import seeded
+from ...core.rollout import Rollout
+from ...core.steps import first_difference
+from ...credit.base import Credit, CreditAssigner
+from ...scoring.scorer import Scorer
 
 log = logging.getLogger(__name__)
 CORRECT = 0.5  # a rollout is correct when its reward exceeds this
@@ -56,7 +56,7 @@ def load_credit(path: str | Path) -> CreditAssigner:
     """The credit assigner of a method YAML's ``model.credit`` (GRPO when the file sets none)."""
     from jsonargparse import ArgumentParser
 
-    from lightning_rlvr.credit.grpo import GRPOCredit
+    from ...credit.grpo import GRPOCredit
 
     section = ((yaml.safe_load(Path(path).read_text()) or {}).get("model") or {}).get("credit")
     if section is None:
@@ -285,7 +285,7 @@ def render_html(
 # ---------------------------------------------------------------------------- entry point
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m lightning_rlvr.credit_view",
+        prog="python -m lightning_rlvr.experiments.credit_lab.view",
         description=(
             "Sample one group of rollouts for one prompt with a checkpoint's policy, run each method's "
             "credit assigner (from its YAML's model.credit) on the same rollouts, and write an HTML page "
@@ -334,8 +334,8 @@ def load_module_and_methods(ckpt: str | Path, patterns: list[str]):
 
     A method of the checkpoint's own class also gets the checkpoint's credit state (baselines).
     """
-    from lightning_rlvr.checkpoints import read_checkpoint
-    from lightning_rlvr.module import RLVRModule
+    from ...checkpoints import read_checkpoint
+    from ...module import RLVRModule
 
     read_checkpoint(str(ckpt))  # a missing or damaged file: one RLVRError line, not a loader traceback
     module = RLVRModule.load_from_checkpoint(ckpt, map_location="cpu").eval()
@@ -352,7 +352,7 @@ def load_module_and_methods(ckpt: str | Path, patterns: list[str]):
 def main(argv: list[str] | None = None) -> Path:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from lightning_rlvr.continuations import EngineSampler
+    from ...collect.continuations import EngineSampler
 
     module, methods = load_module_and_methods(args.ckpt, args.methods)
     problem = module.task.problem(args.split, args.prompt_index)
@@ -361,7 +361,6 @@ def main(argv: list[str] | None = None) -> Path:
         module.sampling["temperature"] = args.temperature
     with seeded(args.seed, "rollout", args.prompt_index), torch.no_grad():
         rollout = module.rollout([problem], G)
-        module.verify(rollout)
     scorer = Scorer(
         module.model, rollout, module.tokenizer, module.micro_batch_size, sampler=EngineSampler.of(module)
     )
@@ -376,7 +375,7 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    from lightning_rlvr.errors import RLVRError
+    from ...core.errors import RLVRError
 
     try:
         main()

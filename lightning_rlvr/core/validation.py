@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_rlvr.errors import RLVRError
+from .errors import RLVRError
 
 
 def check_settings(

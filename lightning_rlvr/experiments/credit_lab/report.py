@@ -16,8 +16,8 @@ import csv
 import io
 from pathlib import Path
 
-from lightning_rlvr.core.files import write_bytes, write_text
-from lightning_rlvr.credit_metrics import Summary
+from ...core.files import write_bytes, write_text
+from .metrics import Summary
 
 EMPTY = Summary(None, None, None, 0, 0)
 KEYS = ("spearman", "share", "ranked", "localisation", "uniform", "sign", "coverage")

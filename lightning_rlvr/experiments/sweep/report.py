@@ -14,7 +14,7 @@ can be rewritten while a sweep is still running (``--report-only``).
 What the data can and cannot say. Runs that share a seed share their warm
 start, prompt stream and evaluation prompts, so every cell is compared with the
 baseline cell (``report.baseline``, GRPO by default) *paired by seed*
-(``lightning_rlvr.stats.paired_comparison``): the mean difference with its
+(``lightning_rlvr.experiments.stats.paired_comparison``): the mean difference with its
 paired t-interval, the p-value, and the minimum detectable difference (MDD) at
 80% power given the observed spread of the differences. A comparison whose
 interval excludes 0 reads "better" or "worse"; any other reads "no difference >
@@ -38,10 +38,10 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning_rlvr.core.files import atomic_file, write_text
-from lightning_rlvr.stats import paired_comparison, t_interval, t_quantile, time_to_reach  # noqa: F401
-from lightning_rlvr.sweep_curves import SMOOTH, plot_curves, write_curves_csv
-from lightning_rlvr.sweep_spec import (
+from ...core.files import atomic_file, write_text
+from ..stats import paired_comparison, t_interval, t_quantile, time_to_reach  # noqa: F401
+from .curves import SMOOTH, plot_curves, write_curves_csv
+from .spec import (
     CREDIT_EVAL,
     DONE,
     TEST_METRICS,
@@ -55,7 +55,7 @@ from lightning_rlvr.sweep_spec import (
 
 TAIL = 10  # steps averaged for the final train reward
 STEP_TIME_KEYS = ("time/rollout_s", "time/score_s", "time/credit_s", "time/update_s")  # one RL step
-# credit_eval.csv metrics (``lightning_rlvr.credit_eval.write_csv`` writes each as ``<name>_mean`` etc.)
+# credit_eval.csv metrics (``lightning_rlvr.experiments.credit_lab.evaluate.write_csv`` writes each as ``<name>_mean`` etc.)
 CREDIT_COLUMNS = ("spearman", "localisation", "sign")
 TIME_TO_TARGET = "time_to_target_s"
 START = "val/pass@1_start"  # val pass@1 before RL: which warm start a run began from

@@ -33,9 +33,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.rollout import Rollout, concat_rollouts
-from lightning_rlvr.tasks.base import Problem
+from ..core.errors import RLVRError
+from ..core.problem import Problem
+from ..core.rollout import Rollout, concat_rollouts
 
 log = logging.getLogger(__name__)
 EXTRA_OFFSET = 2**40  # first training-stream position of the extra prompts (see the module docstring)

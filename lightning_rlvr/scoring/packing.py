@@ -78,9 +78,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lightning_rlvr.distributed import max_over_ranks, world_size
-from lightning_rlvr.prefix_scoring import continue_prefixes, keeps_logits, run_prefixes, supports_prefix_cache
-from lightning_rlvr.rollout import Rollout, position_ids
+from ..core.distributed import max_over_ranks, world_size
+from ..core.rollout import Rollout
+from ..core.tensors import position_ids
+from .prefix_scoring import continue_prefixes, keeps_logits, run_prefixes, supports_prefix_cache
 
 
 def causal_lm_forward(model, input_ids: Tensor, attention_mask: Tensor, hidden: bool = False, **kwargs):

@@ -20,14 +20,14 @@ everything it returns comes from the weights that generated the rollout.
 
 ``compare`` and ``continuation_logprobs`` run each distinct prefix (teacher
 context, prompt, chain) once per micro-batch and only the suffixes after it,
-from its KV cache (``lightning_rlvr/prefix_scoring.py``), on a single rank with a
+from its KV cache (``scoring/prefix_scoring.py``), on a single rank with a
 model that keeps one; ``compare`` then scores the student only on the rows it
 views. Otherwise (several ranks, test doubles) they run whole sequences, the
 reference the fast path is tested against.
-* ``continue_and_verify(rows, cuts, n)`` -- ``n`` continuations of each row's
-  completion cut after ``cuts[k]`` tokens, sampled from the same policy and
-  verified by the task (Monte-Carlo values). Only when the module passed a
-  ``sampler`` (``lightning_rlvr/continuations.py``); counted in ``generated_tokens``.
+
+The scorer never samples: a continuation ``sampler`` (``collect.continuations.EngineSampler``)
+passed by the module rides along for the methods that sample (Monte-Carlo credit,
+``credit/mc.py``), which count its tokens in ``generated_tokens``.
 
 Position convention: the logit at position ``j`` predicts token ``j + 1``. In
 a sequence ``[context (Lc tokens); completion]`` completion token ``t`` is
@@ -38,24 +38,21 @@ function of its context.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_rlvr.distributed import max_over_ranks, world_size
-from lightning_rlvr.errors import RLVRError
-from lightning_rlvr.packing import MicroBatch, causal_lm_forward, micro_batches, place, shares_prompts
-from lightning_rlvr.packing import forward as packed_forward
-from lightning_rlvr.prefix_scoring import suffix_logits, supports_prefix_cache
-from lightning_rlvr.rollout import Rollout
-
-if TYPE_CHECKING:
-    from lightning_rlvr.continuations import ContinuationSampler
+from ..core.distributed import max_over_ranks, world_size
+from ..core.rollout import Rollout
+from .continuations import ContinuationSampler
+from .packing import MicroBatch, causal_lm_forward, micro_batches, place, shares_prompts
+from .packing import forward as packed_forward
+from .prefix_scoring import suffix_logits, supports_prefix_cache
 
 DivergenceFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -128,32 +125,27 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     return -(logp.exp() * logp).where(logp > float("-inf"), 0.0).sum(-1)
 
 
-def left_pad(seqs: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
-    """Stack 1-D id tensors, padding on the left: ids [n, L], mask [n, L]."""
-    length = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), length), pad_id, dtype=torch.long, device=seqs[0].device)
-    mask = torch.zeros((len(seqs), length), dtype=torch.long, device=seqs[0].device)
-    for i, s in enumerate(seqs):
-        if len(s):
-            ids[i, length - len(s) :] = s
-            mask[i, length - len(s) :] = 1
-    return ids, mask
+@contextlib.contextmanager
+def scoring_mode(model):
+    """No gradients and ``model`` in eval mode (no dropout), restored afterwards."""
+    was_training = getattr(model, "training", False)  # test doubles need not be Modules
+    if was_training:
+        model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        if was_training:
+            model.train()
 
 
 def _scoring(method):
-    """No gradients and the model in eval mode (no dropout), restored afterwards."""
+    """A ``Scorer`` method run in ``scoring_mode`` of its model."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        was_training = getattr(self.model, "training", False)  # test doubles need not be Modules
-        if was_training:
-            self.model.eval()
-        try:
-            with torch.no_grad():
-                return method(self, *args, **kwargs)
-        finally:
-            if was_training:
-                self.model.train()
+        with scoring_mode(self.model):
+            return method(self, *args, **kwargs)
 
     return wrapper
 
@@ -191,11 +183,11 @@ class Scorer:
         tokenizer: the policy's tokenizer (``encode`` turns template text into context ids).
         micro_batch_size: rows (or views) per forward pass.
         micro_batch_tokens: padded tokens per forward of the policy pass (None: rows only);
-            see ``lightning_rlvr/packing.py``.
+            see ``lightning_rlvr/scoring/packing.py``.
         cache_bytes: full next-token distributions of the rollout are kept for
             ``compare`` when they fit in this many bytes, else recomputed per micro-batch.
         sampler: samples and verifies continuations of completion prefixes (for
-            ``continue_and_verify``); None when the caller offers no sampling.
+            Monte-Carlo credit, which calls it; the scorer never does); None when the caller offers none.
         share_prompts: the policy pass runs each distinct prompt once per micro-batch when the model
             keeps a KV cache (``packing.shares_prompts``); the module passes its own switch.
         render: how a prompt's text became the rollout's prompt (the module's ``PromptFormat``); a
@@ -231,7 +223,7 @@ class Scorer:
         self._student_logp: Tensor | None = None  # [N, T, V] when it fits in cache_bytes
         self.sampler = sampler
         self.forward_tokens = 0  # tokens run through the model by this scorer (extra cost to log)
-        self.generated_tokens = 0  # of which sampled by ``continue_and_verify``
+        self.generated_tokens = 0  # of which sampled by a method through ``sampler``
 
     def encode(self, text: str) -> Tensor:
         """Token ids of ``text`` (no special tokens) on the rollout's device: [L]."""
@@ -243,7 +235,7 @@ class Scorer:
     def policy(self, hidden: bool = False) -> PolicyPass:
         """Log-probs, entropies and optionally hidden states of the sampled tokens (one cached pass).
 
-        Padding-free (``lightning_rlvr/packing.py``): length-sorted micro-batches, each cut to
+        Padding-free (``lightning_rlvr/scoring/packing.py``): length-sorted micro-batches, each cut to
         its own longest row, each distinct prompt run once when prefixes may be cached (as in
         the update); every output is 0 on completion padding.
         """
@@ -559,33 +551,6 @@ class Scorer:
                 n = n_targets[i]
                 results.append(logp[j, logp.shape[1] - n :] if n else logp[j, :0])
         return results
-
-    # ------------------------------------------------------------------ sampling
-    @_scoring
-    def continue_and_verify(self, rows: list[int], cuts: list[int], n: int) -> Tensor:
-        """Rewards [K, n] of ``n`` verified continuations of each ``completion[rows[k], :cuts[k]]``.
-
-        The context is the row's own prompt and the first ``cuts[k]`` completion tokens; the
-        continuation is sampled from this scorer's policy and the whole completion (prefix +
-        continuation) goes to the task's verifier.
-        """
-        if self.sampler is None:
-            raise RLVRError(
-                "this credit method samples continuations, but the Scorer was built without a sampler; "
-                "build it with sampler=EngineSampler.of(module) (lightning_rlvr/continuations.py)"
-            )
-        r = self.rollout
-        prompts = [r.prompt_tokens(i) for i in rows]
-        prefixes = [r.completion_ids[i, :c] for i, c in zip(rows, cuts)]
-        problems = [r.problems[int(r.group[i])] for i in rows]
-        if r.policy_mask is not None:  # episodes: the sampler replays the prefix's actions in the game
-            masks = [r.loss_mask[i, :c] for i, c in zip(rows, cuts)]
-            out = self.sampler(prompts, prefixes, problems, n, policy_masks=masks)
-        else:
-            out = self.sampler(prompts, prefixes, problems, n)
-        self.forward_tokens += out.forward_tokens
-        self.generated_tokens += out.generated_tokens
-        return out.rewards
 
 
 class TeacherScorer(Scorer):

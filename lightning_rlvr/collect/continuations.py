@@ -10,7 +10,7 @@ the one place that does it. A ``ContinuationSampler`` is any callable
 that, for each of K (prompt ids, completion-prefix ids, problem) triples,
 samples ``n`` continuations and returns their verified rewards [K, n]. The
 module builds one per step (``EngineSampler.of(module)``) and hands it to the
-``Scorer``; credit assigners reach it only through ``Scorer.continue_and_verify``.
+``Scorer``, which carries it to the credit method without calling it (``credit/mc.py`` does).
 Continuations are sampled by the module's rollout engine, like the rollouts themselves.
 
 Choices: a continuation gets the rollout's own budget minus the prefix
@@ -24,32 +24,16 @@ uses the module's temperature / top-p / top-k and the global torch RNG.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from lightning_rlvr.distributed import max_over_ranks
-from lightning_rlvr.engines.base import RolloutEngine, Sampling
-from lightning_rlvr.scoring import left_pad
-from lightning_rlvr.tasks.base import Problem, Task
-
-
-@dataclass
-class Continued:
-    """Verified continuations of K prefixes, ``n`` each."""
-
-    rewards: Tensor  # [K, n] verifier rewards of prefix + continuation
-    correct: Tensor  # [K, n] bool, the verifier's ``Verdict.correct``
-    generated_tokens: int  # new tokens sampled
-    forward_tokens: int  # context (prefill) + new tokens run through the model
-
-
-class ContinuationSampler(Protocol):
-    def __call__(
-        self, prompts: list[Tensor], prefixes: list[Tensor], problems: list[Problem], n: int, **kw
-    ) -> Continued: ...
+from ..core.distributed import max_over_ranks
+from ..core.problem import Problem
+from ..core.tensors import left_pad
+from ..engines.base import RolloutEngine, Sampling
+from ..scoring.continuations import Continued
+from ..tasks.base import Task
 
 
 class EngineSampler:
@@ -162,7 +146,7 @@ class EngineSampler:
         One episode batch per prefix (the engine is called once per turn of each); ``max_new_tokens``
         is the budget of each new action, as in the rollouts.
         """
-        from lightning_rlvr.envs.episodes import continue_episodes, engine_generate
+        from .episodes import continue_episodes, engine_generate
 
         sampling = Sampling(self.max_new_tokens, **self.sampling)
         generate = engine_generate(self.engine, self.model, self.tokenizer, sampling)

@@ -1,6 +1,6 @@
 """Drawing and writing a sweep's learning curves: ``curves.png`` and ``curves.csv``.
 
-The curves come from ``lightning_rlvr.sweep_report.cell_curves`` as
+The curves come from ``lightning_rlvr.experiments.sweep.report.cell_curves`` as
 {cell label: {metric: [(step, mean, low, high, seeds)]}}; this module only lays them out: train reward
 (a trailing moving average of ``SMOOTH`` steps) and val pass@1 side by side, a 95% band over seeds, one
 legend beside the panels, and a colour and line style per cell that stay distinct past the palette.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from lightning_rlvr.core.files import atomic_file
+from ...core.files import atomic_file
 
 SMOOTH = 5  # trailing moving average of the train-reward curve
 

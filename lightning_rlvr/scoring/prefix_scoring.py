@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_rlvr.rollout import position_ids
+from ..core.tensors import position_ids
 
 Item = tuple[int, int, Tensor]  # (prefix index, tokens of it kept (>= 1), suffix ids [S])
 

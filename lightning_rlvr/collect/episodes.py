@@ -20,7 +20,7 @@ so later stages never need to know which kind of rollout they read.
 
 ``generate(contexts) -> actions`` is the one seam to the sampler: it gets token-id lists and returns
 one action per context (token ids, ending at EOS or a stop token, or cut at the budget). The rollout
-engine plugs in there; ``hf_generate`` builds one from a Hugging Face model for tests and scripts.
+engine plugs in there (``engine_generate``; with ``HFGenerateEngine`` for a plain Hugging Face model).
 """
 
 from __future__ import annotations
@@ -29,14 +29,13 @@ import functools
 from collections.abc import Callable, Sequence
 
 import torch
-from torch import Tensor
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
-from lightning_rlvr.engines.base import RolloutEngine, Sampling
-from lightning_rlvr.envs.base import Environment, safe_reset, safe_step
-from lightning_rlvr.rollout import Rollout, concat_rollouts
-from lightning_rlvr.scoring import left_pad
-from lightning_rlvr.tasks.base import Problem, Verdict
+from ..core.problem import Problem, Verdict
+from ..core.rollout import Rollout, concat_rollouts
+from ..core.tensors import left_pad
+from ..engines.base import RolloutEngine, Sampling
+from ..envs.base import Environment, safe_reset, safe_step
 
 Generate = Callable[[list[list[int]]], list[list[int]]]
 
@@ -177,47 +176,6 @@ def _rollout(tokenizer, problems, group_size, prompts, tokens, policy, turns, ve
     )
 
 
-def hf_generate(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    stop_ids: Sequence[int] = (),
-) -> Generate:
-    """A ``generate`` callable from a Hugging Face model: one batched sampling call per turn.
-
-    Contexts are left-padded into one batch; each action is cut after its first EOS or stop token
-    (both kept: the policy chose to stop, so the stop token is one of its tokens).
-    """
-    stops = {tokenizer.eos_token_id, *stop_ids}
-
-    @torch.no_grad()
-    def generate(contexts: list[list[int]]) -> list[list[int]]:
-        device = next(model.parameters()).device
-        width = max(map(len, contexts))
-        ids = torch.full((len(contexts), width), tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, c in enumerate(contexts):
-            ids[i, width - len(c) :] = torch.tensor(c)
-            mask[i, width - len(c) :] = 1
-        was_training = model.training
-        model.eval()
-        out = model.generate(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            do_sample=True,
-            temperature=temperature,
-            top_k=0,
-            max_new_tokens=max_new_tokens,
-            eos_token_id=sorted(stops),
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        model.train(was_training)
-        return [_cut(row.tolist(), stops) for row in out[:, width:]]
-
-    return generate
-
-
 @functools.cache
 def line_end_ids(tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
     """Token ids whose text contains a newline (an action is one line), decoded once per tokenizer."""
@@ -280,12 +238,6 @@ def expert_rollout(
     return concat_rollouts(parts)
 
 
-def turn_starts(policy_mask: Sequence[int]) -> list[int]:
-    """Where each action after the first starts: positions t > 0 with policy_mask[t] = 1 after a 0."""
-    m = list(policy_mask)
-    return [t for t in range(1, len(m)) if m[t] and not m[t - 1]]
-
-
 def continue_episodes(
     env: Environment,
     problem: Problem,
@@ -319,9 +271,3 @@ def continue_episodes(
         return generate(contexts)
 
     return run_episodes(env, [problem], n, replay, tokenizer, **kwargs)
-
-
-def policy_tokens(rollout: Rollout, row: int) -> Tensor:
-    """The tokens ``row``'s policy generated, in order (observations removed)."""
-    mask = rollout.policy_mask if rollout.policy_mask is not None else rollout.completion_mask
-    return rollout.completion_ids[row][mask[row].bool()]

@@ -53,11 +53,11 @@ from typing import Any
 
 import yaml
 
-from lightning_rlvr.core.files import write_text
-from lightning_rlvr.core.process import FIT_REPORT_ENV, child_env, locked
-from lightning_rlvr.sweep_archive import archive_run, restore_runs
-from lightning_rlvr.sweep_report import write_report
-from lightning_rlvr.sweep_spec import (  # noqa: F401 - re-exported: the sweep API in one place
+from ...core.files import write_text
+from ...core.process import FIT_REPORT_ENV, child_env, locked
+from .archive import archive_run, restore_runs
+from .report import write_report
+from .spec import (  # noqa: F401 - re-exported: the sweep API in one place
     CONFIG_AXIS,
     DONE,
     FIT_DONE,
@@ -76,7 +76,7 @@ from lightning_rlvr.sweep_spec import (  # noqa: F401 - re-exported: the sweep A
     run_spec,
 )
 
-log = logging.getLogger("lightning_rlvr.sweep")
+log = logging.getLogger("lightning_rlvr.experiments.sweep.run")
 
 PROGRAM = "lightning-rlvr"  # how commands are printed; they run as ``python -m lightning_rlvr.cli``
 CLI_MODULE = "lightning_rlvr.cli"  # what ``subprocess_runner`` runs (the fault tests put a stand-in here)

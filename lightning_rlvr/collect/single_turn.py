@@ -1,0 +1,117 @@
+"""Sampling G completions per prompt, and the ``Rollout`` batch every later stage reads.
+
+Rows are laid out group by group: with B prompts and G samples each, row
+``i`` belongs to prompt ``group[i] = i // G``. Prompts are left-padded (so all
+completions start at the same column) and completions right-padded; the
+completion mask covers tokens up to and including the first EOS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from ..core.problem import Problem
+from ..core.rollout import Rollout
+from ..core.tensors import completion_mask_from_ids
+from ..engines.base import RolloutEngine, Sampling
+
+
+@dataclass
+class Sampler:
+    """Everything a task needs to sample from the policy: ``Task.rollout`` receives one.
+
+    The module builds it from its engine, live model, tokenizer, sampling arguments and prompt
+    format, and so do the warm start's checks, so every sampler of the project goes through one
+    type. ``sampling.max_new_tokens`` is the completion budget (an environment's per-turn budget).
+    """
+
+    engine: RolloutEngine
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    sampling: Sampling
+    render: Callable[[str], str] | None = None
+
+
+def encode_prompts(
+    tokenizer: PreTrainedTokenizerBase, problems: list[Problem], render: Callable[[str], str] | None = None
+) -> tuple[Tensor, Tensor]:
+    """The B prompts as the model sees them, left-padded: ids [B, P], mask [B, P].
+
+    ``render`` turns a problem's prompt into the text the model is conditioned on
+    (a ``PromptFormat``); the same function is used by every caller that samples
+    or trains on prompts, so training and sampling never see different formats.
+    """
+    texts = [render(p.prompt) if render else p.prompt for p in problems]
+    seqs = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):  # left padding: generation appends on the right
+        if s:
+            ids[i, width - len(s) :] = torch.tensor(s)
+            mask[i, width - len(s) :] = 1
+    return ids, mask
+
+
+def generate_rollout(
+    engine: RolloutEngine,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    problems: list[Problem],
+    group_size: int,
+    sampling: Sampling,
+    render: Callable[[str], str] | None = None,
+) -> Rollout:
+    """G completions for each of B prompts from ``engine``, assembled into a ``Rollout``.
+
+    The part every engine shares: prompts are rendered and tokenised here (once per
+    problem, then repeated G times), the engine continues the token contexts, and the
+    completion mask, decoded texts and group index are built from what it returns.
+    """
+    device = next(model.parameters()).device
+    ids, mask = (t.to(device) for t in encode_prompts(tokenizer, problems, render))  # [B, P]
+    out = engine.generate(
+        model, ids, mask, group_size, sampling, tokenizer.pad_token_id, tokenizer.eos_token_id
+    )
+    completion_ids = out.completion_ids  # [N, T], pad after the first EOS
+    return Rollout(
+        prompt_ids=ids.repeat_interleave(group_size, 0),
+        prompt_mask=mask.repeat_interleave(group_size, 0),
+        completion_ids=completion_ids,
+        completion_mask=completion_mask_from_ids(completion_ids, tokenizer.eos_token_id),
+        group=torch.arange(len(problems), device=device).repeat_interleave(group_size),
+        problems=list(problems),
+        completions=tokenizer.batch_decode(completion_ids, skip_special_tokens=True),
+        pad_id=tokenizer.pad_token_id,
+        eos_id=tokenizer.eos_token_id,
+        engine_logp=out.logp,
+    )
+
+
+def sample(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    problems: list[Problem],
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    do_sample: bool = True,
+    render: Callable[[str], str] | None = None,
+    engine: RolloutEngine | None = None,
+) -> Rollout:
+    """``generate_rollout`` with loose sampling arguments (default engine: ``HFGenerateEngine``)."""
+    from ..engines.hf import HFGenerateEngine
+
+    sampling = Sampling(max_new_tokens, temperature, top_p, top_k, do_sample)
+    return generate_rollout(
+        engine or HFGenerateEngine(), model, tokenizer, problems, group_size, sampling, render
+    )
+
+
