@@ -17,7 +17,7 @@ run's) are built once and every run starts from the same weights; seeds change t
 Finished runs (a ``done.json`` in their folder) are skipped, so an interrupted benchmark resumes
 where it stopped.
 
-Reported (``lightning_rlvr.experiments.stats``): final val and test success (mean, 95% t-interval over seeds and
+Reported (``experiments.stats``): final val and test success (mean, 95% t-interval over seeds and
 the paired HP-RLVR - GRPO difference), val success at equal wall time, episodes and training seconds
 to reach a fixed val success rate (``--target``), and ``train/zero_grad_frac`` (share of update
 records whose gradient norm is exactly 0: the paper reports 43-49% for GRPO on ALFWorld and none for

@@ -18,7 +18,9 @@ import time
 
 import torch
 
-from lightning_rlvr.collect.episodes import expert_rollout, hf_generate, run_episodes
+from lightning_rlvr.collect.episodes import engine_generate, expert_rollout, run_episodes
+from lightning_rlvr.engines.base import Sampling
+from lightning_rlvr.engines.hf import HFGenerateEngine
 from lightning_rlvr.envs.base import safe_step
 from lightning_rlvr.envs.textarena import TextArenaGame
 from lightning_rlvr.envs.textworld import TextWorldCooking
@@ -91,7 +93,8 @@ def textworld_imitation(games: int, steps: int, seed: int) -> dict:
         opt.zero_grad()
     train_s = time.perf_counter() - start
     start = time.perf_counter()
-    rollout = run_episodes(env, problems, 2, hf_generate(model, tok, max_new_tokens=12), tok, max_turns=8)
+    generate = engine_generate(HFGenerateEngine(), model, tok, Sampling(max_new_tokens=12))
+    rollout = run_episodes(env, problems, 2, generate, tok, max_turns=8)
     return {"family": "textworld", "imitation_steps": steps, "train_s": train_s, "vocab": len(tok),
             "sampled_success_on_train_games": rollout.correct.float().mean().item(),
             "rollout_s": time.perf_counter() - start, "episodes": rollout.num_rows,

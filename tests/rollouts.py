@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Callable
 
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from lightning_rlvr.collect.single_turn import generate_rollout
 from lightning_rlvr.core.problem import Problem
 from lightning_rlvr.core.rollout import Rollout
 from lightning_rlvr.core.tensors import completion_mask_from_ids, left_pad
+from lightning_rlvr.engines.base import RolloutEngine, Sampling
+from lightning_rlvr.engines.hf import HFGenerateEngine
 
 
 def rollout_from_ids(
@@ -42,4 +48,24 @@ def rollout_from_ids(
         rewards=torch.tensor(rewards if rewards is not None else [0.0] * len(completions)),
         correct=torch.tensor(rewards if rewards is not None else [0.0] * len(completions)) > 0.5,
         feedback=[""] * len(completions),
+    )
+
+
+def sample(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    problems: list[Problem],
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    do_sample: bool = True,
+    render: Callable[[str], str] | None = None,
+    engine: RolloutEngine | None = None,
+) -> Rollout:
+    """``generate_rollout`` with loose sampling arguments (default engine: ``HFGenerateEngine``)."""
+    sampling = Sampling(max_new_tokens, temperature, top_p, top_k, do_sample)
+    return generate_rollout(
+        engine or HFGenerateEngine(), model, tokenizer, problems, group_size, sampling, render
     )

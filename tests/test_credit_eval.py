@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from lightning_rlvr import credit_eval as ce
+from lightning_rlvr.experiments.credit_lab import evaluate as ce
 from lightning_rlvr.experiments.credit_lab.metrics import (
     Summary,
     coverage,

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
-from lightning_rlvr.collect.single_turn import sample
 from lightning_rlvr.losses import PPOClip
 from lightning_rlvr.scoring.scorer import Scorer
 from tests.conftest import QUICKSTART, REPO, TINY
+from tests.rollouts import sample
 
 SCRIPT = REPO / "tests" / "scripts" / "update_equivalence.py"
 

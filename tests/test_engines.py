@@ -8,7 +8,6 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
-from lightning_rlvr.collect.single_turn import sample
 from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.core.tensors import completion_mask_from_ids, left_pad
 from lightning_rlvr.engines.base import Sampling
@@ -19,6 +18,7 @@ from lightning_rlvr.prompts import PromptFormat
 from lightning_rlvr.scoring.scorer import Scorer
 from lightning_rlvr.warmstart import WarmStart
 from tests.conftest import QUICKSTART, REPO, TINY
+from tests.rollouts import sample
 
 POLICY = TinyPolicy(layers=2, hidden=32, heads=4, intermediate=64, max_positions=96)
 TASK = AdditionTask(digits=2)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from lightning_rlvr import AdditionTask, TinyPolicy
-from lightning_rlvr.collect.single_turn import sample
 from lightning_rlvr.models import apply_lora
 from lightning_rlvr.scoring.scorer import Scorer
+from tests.rollouts import sample
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="vLLM needs a CUDA GPU")
 vllm = pytest.importorskip("vllm") if torch.cuda.is_available() else None

@@ -115,7 +115,6 @@ def gradient_of(noise: float, loss_agg: str) -> tuple[dict[str, torch.Tensor], f
     module.loss.loss_agg = loss_agg
     torch.manual_seed(1)
     rollout = module.rollout([module.task.problem("train", i) for i in range(2)], 4)
-    module.verify(rollout)
     rollout.rewards = torch.arange(8, dtype=torch.float32) % 3  # mixed groups: non-zero advantages
     assert (rollout.completion_mask - rollout.loss_mask).sum() > 0  # there are observation tokens
     credit = module.credit.assign(rollout, Scorer(module.model, rollout, module.tokenizer, 4))

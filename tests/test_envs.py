@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_rlvr.collect.episodes import action_text, expert_rollout, hf_generate, run_episodes
+from lightning_rlvr.collect.episodes import action_text, engine_generate, expert_rollout, run_episodes
 from lightning_rlvr.core.problem import Problem, Verdict
 from lightning_rlvr.core.rollout import Rollout, concat_rollouts, policy_tokens
+from lightning_rlvr.engines.base import Sampling
+from lightning_rlvr.engines.hf import HFGenerateEngine
 from lightning_rlvr.envs.base import Environment, safe_step
 from lightning_rlvr.envs.vocab import TextPolicy, build_word_tokenizer, word_vocabulary
 
@@ -213,8 +215,7 @@ def test_text_policy_plays_episodes_with_batched_generation():
     policy = TextPolicy(env, layers=1, hidden=32, heads=2, intermediate=64, max_positions=256, vocab_games=3)
     model, tok = policy.load()
     assert {"go", " go", "say", " up"} <= set(tok.get_vocab())
-    nl = tok.convert_tokens_to_ids("\n")
-    gen = hf_generate(model, tok, max_new_tokens=4, stop_ids=[nl])
+    gen = engine_generate(HFGenerateEngine(), model, tok, Sampling(max_new_tokens=4))
     torch.manual_seed(0)
     r = run_episodes(env, [env.problem("train", i) for i in range(2)], 3, gen, tok, max_turns=3)
     assert r.num_rows == 6 and r.rewards.shape == (6,)

@@ -83,7 +83,7 @@ def _sweep(cwd: Path) -> int:
         try:
             os.chdir(cwd)
             sys.stderr = open(os.devnull, "w")  # noqa: SIM115
-            from lightning_rlvr import sweep as sw
+            from lightning_rlvr.experiments.sweep import run as sw
 
             sw.CLI_MODULE = "tests.test_faults_sweep"
             code = sw.main(["s.yaml", "--jobs", "1"])
@@ -98,7 +98,7 @@ def test_a_killed_sweep_leaves_no_writer_and_a_rerun_at_once_tests_its_own_fit(
 ):
     """The fit dies with the killed sweep; and were one to escape, it still holds the run lock, so the
     rerun waits for it to end instead of deleting the folder under it (the issue's stale checkpoint)."""
-    from lightning_rlvr import sweep  # noqa: F401 - imported once here, not in each forked sweep
+    import lightning_rlvr.experiments.sweep.run  # noqa: F401 - imported once here, not in each forked sweep
 
     (tmp_path / "m.yaml").write_text("model: {lr: 1.0e-4}\n")
     (tmp_path / "s.yaml").write_text("out: out\ngrid:\n  config: [m.yaml]\n  seed_everything: [0]\n")
@@ -164,8 +164,8 @@ if __name__ == "__main__":
 
 
 def test_restoring_archived_runs_never_deletes_a_run_folder_a_live_process_holds(tmp_path, monkeypatch):
-    from lightning_rlvr import sweep as sw
     from lightning_rlvr.core.process import locked
+    from lightning_rlvr.experiments.sweep import run as sw
     from lightning_rlvr.experiments.sweep.archive import archive_dir
 
     monkeypatch.chdir(tmp_path)

@@ -98,8 +98,8 @@ def test_the_first_fatal_action_is_the_first_after_which_no_plan_wins_in_time(ac
 def test_episode_first_errors_point_at_the_fatal_actions_first_token():
     from lightning_rlvr.collect.episodes import run_episodes
     from lightning_rlvr.core.rollout import turn_starts
-    from lightning_rlvr.experiments.credit_lab.first_error import episode_first_errors
     from lightning_rlvr.envs.vocab import build_word_tokenizer, word_vocabulary
+    from lightning_rlvr.experiments.credit_lab.first_error import episode_first_errors
 
     tok = build_word_tokenizer(word_vocabulary(["say go up left no won"]))
     env, problem = _echo(3)

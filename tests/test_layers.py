@@ -42,7 +42,7 @@ def import_graph() -> dict[str, set[str]]:
                 while parts and ".".join(parts) not in mods:
                     parts.pop()
                 t = ".".join(parts)
-                if t and t != m and not m.startswith(t + "."):  # a package's __init__ from inside it: not an edge
+                if t and t != m and not m.startswith(t + "."):  # a package's own __init__: not an edge
                     graph[m].add(t)
     return graph
 
@@ -85,7 +85,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_import_contracts_hold() -> None:
     exe = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
-    run = subprocess.run([exe, "--config", str(ROOT / "pyproject.toml")], cwd=ROOT, capture_output=True, text=True)
+    cmd = [exe, "--config", str(ROOT / "pyproject.toml")]
+    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "broken" not in run.stdout.lower().split("contracts:")[-1].replace("0 broken", "")
 
@@ -114,7 +115,8 @@ def test_every_module_states_its_floor() -> None:
     """The layers contract is exhaustive: a new top-level module must be placed on a floor."""
     import tomllib
 
-    layers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]["layers"]
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = contracts[0]["layers"]
     named = {m.strip() for floor in layers for m in floor.split("|")}
     top = {f.stem for f in PKG.glob("*.py") if f.name != "__init__.py"} | {
         d.name for d in PKG.iterdir() if (d / "__init__.py").exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_rlvr import sweep as sw
+from lightning_rlvr.experiments.sweep import run as sw
 from tests.conftest import BASE_TEST_SCALE, METHOD_TEST_SCALE, REPO, TINY
 from tests.test_sweep_report import write_credit_eval
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from lightning_rlvr import sweep as sw
-from lightning_rlvr import sweep_curves as sc
-from lightning_rlvr import sweep_report as rep
 from lightning_rlvr.experiments.credit_lab.evaluate import write_csv
 from lightning_rlvr.experiments.credit_lab.metrics import Summary
 from lightning_rlvr.experiments.stats import min_detectable_difference
+from lightning_rlvr.experiments.sweep import curves as sc
+from lightning_rlvr.experiments.sweep import report as rep
+from lightning_rlvr.experiments.sweep import run as sw
 
 # Student's t, two-sided 95% (the 0.975 quantile), from any printed t-table
 T_TABLE = {1: 12.706, 2: 4.303, 4: 2.776}

@@ -91,27 +91,3 @@ def generate_rollout(
         eos_id=tokenizer.eos_token_id,
         engine_logp=out.logp,
     )
-
-
-def sample(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    problems: list[Problem],
-    group_size: int,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    do_sample: bool = True,
-    render: Callable[[str], str] | None = None,
-    engine: RolloutEngine | None = None,
-) -> Rollout:
-    """``generate_rollout`` with loose sampling arguments (default engine: ``HFGenerateEngine``)."""
-    from ..engines.hf import HFGenerateEngine
-
-    sampling = Sampling(max_new_tokens, temperature, top_p, top_k, do_sample)
-    return generate_rollout(
-        engine or HFGenerateEngine(), model, tokenizer, problems, group_size, sampling, render
-    )
-
-

@@ -8,6 +8,8 @@ float copy. YAML names them ``lightning_rlvr.models.TinyPolicy`` / ``lightning_r
 from __future__ import annotations
 
 from .policies import (
+    TINY_METHOD_TEXTS,
+    TINY_VOCAB,
     PolicySource,
     PretrainedPolicy,
     TinyPolicy,
@@ -16,4 +18,7 @@ from .policies import (
     small_llama,
 )
 
-__all__ = ["PolicySource", "PretrainedPolicy", "TinyPolicy", "apply_lora", "build_tiny_tokenizer", "small_llama"]
+__all__ = [
+    "TINY_METHOD_TEXTS", "TINY_VOCAB", "PolicySource", "PretrainedPolicy", "TinyPolicy", "apply_lora",
+    "build_tiny_tokenizer", "small_llama",
+]

@@ -49,6 +49,7 @@ from torch import Tensor
 
 from ..core.distributed import max_over_ranks, world_size
 from ..core.rollout import Rollout
+from ..core.tensors import left_pad
 from .continuations import ContinuationSampler
 from .packing import MicroBatch, causal_lm_forward, micro_batches, place, shares_prompts
 from .packing import forward as packed_forward

@@ -38,11 +38,12 @@ class SplitVerdicts(RLVRModule):
 
     seen: dict = {}
 
-    def verify(self, rollout) -> int:
-        errors = super().verify(rollout)
-        rollout.correct = torch.full_like(rollout.correct, rank() == 1)
-        rollout.rewards = rollout.correct.float()
-        return errors
+    def collect(self, problems):
+        collected, stats = super().collect(problems)
+        r = collected.rollout
+        r.correct = torch.full_like(r.correct, rank() == 1)
+        r.rewards = r.correct.float()
+        return collected, stats
 
     def update(self, rollout, credit, old_logp, ref_logp, forwards=None):
         self.seen = dict(credit.metrics)

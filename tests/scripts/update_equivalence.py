@@ -16,9 +16,9 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.strategies import ModelParallelStrategy
 
 from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
-from lightning_rlvr.collect.single_turn import sample
 from lightning_rlvr.data import RLVRDataModule
 from lightning_rlvr.losses import PPOClip
+from tests.rollouts import sample
 
 B, G = 4, 4
 

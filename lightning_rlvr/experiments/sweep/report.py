@@ -55,7 +55,7 @@ from .spec import (
 
 TAIL = 10  # steps averaged for the final train reward
 STEP_TIME_KEYS = ("time/rollout_s", "time/score_s", "time/credit_s", "time/update_s")  # one RL step
-# credit_eval.csv metrics (``lightning_rlvr.experiments.credit_lab.evaluate.write_csv`` writes each as ``<name>_mean`` etc.)
+# credit_eval.csv metrics (``experiments.credit_lab.evaluate.write_csv`` writes each as ``<name>_mean`` etc.)
 CREDIT_COLUMNS = ("spearman", "localisation", "sign")
 TIME_TO_TARGET = "time_to_target_s"
 START = "val/pass@1_start"  # val pass@1 before RL: which warm start a run began from
