@@ -54,3 +54,16 @@ def test_the_method_example_fits(tmp_path, run_cli, monkeypatch):
     assert "credit/weight_mean" in metrics
     assert float(metrics["credit/weight_mean"]) == pytest.approx(1.2, abs=0.05)  # floor + entropy / its mean
     sys.modules.pop("lightning_rlvr_example.my_method", None)
+
+
+def test_the_readme_is_a_guide_and_every_local_link_resolves():
+    readme, root = REPO / "README.md", REPO.resolve()
+    assert len(readme.read_text().splitlines()) <= 250
+    for page in [readme, *sorted((REPO / "docs").glob("*.md"))]:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for link in re.findall(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)", text):
+            if "://" not in link:
+                target = (page.parent / link).resolve()
+                assert target.exists(), (page.name, link)
+                inside = target.is_relative_to(root) and not target.is_relative_to(root / "shared")
+                assert inside, (page.name, link)  # never a link to ../shared or out of the repository
