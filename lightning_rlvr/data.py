@@ -36,6 +36,15 @@ def _private_generator() -> torch.Generator:
     return torch.Generator().manual_seed(0)
 
 
+def stream_slot(step: int, rank: int, world: int) -> int:
+    """The training stream's position of ``rank``'s batch at RL step ``step`` (the one formula).
+
+    Batch ``slot`` holds train problems ``slot*B .. slot*B+B-1``; dynamic sampling draws its extra
+    prompts from a separate range keyed by the same slot (``collect.dynamic_sampling.extra_index``).
+    """
+    return step * world + rank
+
+
 class TrainStream(IterableDataset):
     """An endless stream of prompt batches starting at the step ``start()`` returns.
 
@@ -53,7 +62,7 @@ class TrainStream(IterableDataset):
     def __iter__(self) -> Iterator[list[Problem]]:
         step, B = self.start(), self.batch_size
         while True:
-            first = (step * self.world + self.rank) * B
+            first = stream_slot(step, self.rank, self.world) * B
             yield [self.task.train_problem(first + i) for i in range(B)]
             step += 1
 

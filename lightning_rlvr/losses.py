@@ -39,16 +39,14 @@ per-token statistics that the module averages with the loss's own aggregation we
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-from .core.objectives import AGGREGATIONS, kl_k3, loss_weights
+from .core.objectives import AGGREGATIONS, Total, kl_k3, loss_weights
 
 Aggregation = Literal["seq_mean", "token_mean", "constant"]
-Total = Callable[[Tensor], Tensor]  # sums a count over all ranks (identity on one rank)
 
 
 class PolicyLoss:

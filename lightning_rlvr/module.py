@@ -37,6 +37,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -56,6 +57,7 @@ from .core.state import plain_value, restore_rng
 from .core.validation import check_settings
 from .credit.base import CreditAssigner
 from .credit.grpo import GRPOCredit
+from .data import stream_slot
 from .engines.base import RolloutEngine, Sampling
 from .engines.hf import HFGenerateEngine
 from .evaluation import Evaluation
@@ -191,8 +193,8 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         self.prompt_format = prompt_format if prompt_format is not None else PromptFormat()
         self.engine = engine or HFGenerateEngine()
         self.group_size = group_size
-        self.max_new_tokens = max_new_tokens
-        self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
+        # The sampling settings, built once: rollouts, evaluation and continuations all read this.
+        self.sampling = Sampling(max_new_tokens, temperature, top_p, top_k)
         self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
         self.ppo_epochs, self.minibatches = ppo_epochs, minibatches
         self.grad_clip = grad_clip
@@ -217,8 +219,9 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.warm_start is not None and self.warm_start_summary is None:
             self.warm_start_summary = self.warm_start.run(
-                self.model, self.tokenizer, self.policy_source, self.task, self.engine, self.render
-            )
+                self.model, self.tokenizer, self.policy_source, self.task, self.engine, self.render,
+                max_new_tokens=self.max_new_tokens,
+            )  # fmt: skip
         if self.loss.uses_reference and not self.lora and not self._reference:
             ref = copy.deepcopy(self.model).eval().requires_grad_(False)
             self._reference.append(ref)
@@ -258,8 +261,17 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         """The policy as a sampler: engine, live model, tokenizer, sampling and prompt format."""
         return self.make_sampler()
 
+    @property
+    def max_new_tokens(self) -> int:
+        """The completion budget (an environment's per-action budget): ``sampling.max_new_tokens``."""
+        return self.sampling.max_new_tokens
+
+    @max_new_tokens.setter
+    def max_new_tokens(self, value: int) -> None:
+        self.sampling = replace(self.sampling, max_new_tokens=value)
+
     def make_sampler(self, greedy: bool = False) -> Sampler:
-        sampling = Sampling(self.max_new_tokens, **self.sampling, do_sample=not greedy)
+        sampling = replace(self.sampling, do_sample=False) if greedy else self.sampling
         return Sampler(self.engine, self.model, self.tokenizer, sampling, self.render)
 
     def rollout(self, problems: list[Problem], group_size: int, greedy: bool = False) -> Rollout:
@@ -286,7 +298,7 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
             rollout, stats = draw(problems), {}
         else:
             B, rounds_max = len(problems), self.dynamic_sampling.max_rounds
-            slot = self.rl_step * world_size() + self.global_rank  # this rank's step, as in TrainStream
+            slot = stream_slot(self.rl_step, self.global_rank, world_size())  # as in TrainStream
 
             def more(k: int) -> list[Problem]:
                 return [self.task.train_problem(extra_index(slot, k, i, B, rounds_max)) for i in range(B)]

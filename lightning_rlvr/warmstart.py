@@ -61,6 +61,7 @@ def _public_fields(obj) -> dict:
 
 
 MANIFEST = "manifest.json"
+DEFAULT_BUDGET = 48  # the checks' budget when neither the warm start nor the run sets one
 
 
 def _sha256(path: Path) -> str:
@@ -129,7 +130,8 @@ class WarmStart:
         batch_size: sequences per step.
         eval_every: steps between accuracy checks.
         eval_prompts: problems sampled once each per check.
-        max_new_tokens: completion budget when checking.
+        max_new_tokens: completion budget when checking; None = the run's own (``model.max_new_tokens``),
+            so the checks sample what RL will. Part of the cache key (resolved).
         seed: data order and sampling seed.
         cache: reuse / store the result under the cache directory.
         threads: torch threads while training (reductions split by thread count, and the stopping
@@ -144,7 +146,7 @@ class WarmStart:
         batch_size: int = 64,
         eval_every: int = 25,
         eval_prompts: int = 128,
-        max_new_tokens: int = 48,
+        max_new_tokens: int | None = None,
         seed: int = 0,
         cache: bool = True,
         threads: int | None = 1,
@@ -156,6 +158,7 @@ class WarmStart:
         self.eval_every = eval_every
         self.eval_prompts = eval_prompts
         self.max_new_tokens = max_new_tokens
+        self._run_budget = DEFAULT_BUDGET  # the run's max_new_tokens, set by ``run``
         self.seed = seed
         self.cache = cache
         self.threads = threads
@@ -169,13 +172,19 @@ class WarmStart:
     ) -> str:
         """Hash of everything that determines the result. The defaults (HF engine, prompts as they
         are) add nothing, so caches made before engines and prompt formats existed stay valid."""
-        parts = [policy.cache_key(), _public_fields(task), _public_fields(self)]
+        mine = {**_public_fields(self), "max_new_tokens": self.budget}  # resolved: None means the run's
+        parts = [policy.cache_key(), _public_fields(task), mine]
         if engine is not None and type(engine) is not HFGenerateEngine:  # other engines sample differently
             parts.append(_public_fields(engine))
         if render is not None:  # the formatted text of a fixed probe prompt identifies the format
             parts.append({"prompt_format": render("{probe}")})
         blob = json.dumps(parts, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def budget(self) -> int:
+        """The checks' completion budget: ``max_new_tokens``, else the run's."""
+        return self.max_new_tokens if self.max_new_tokens is not None else self._run_budget
 
     def run(
         self,
@@ -185,12 +194,15 @@ class WarmStart:
         task: Task,
         engine: RolloutEngine | None = None,
         render: Callable[[str], str] | None = None,
+        max_new_tokens: int | None = None,
     ) -> dict:
         """Warm-start ``model`` in place (from cache when possible); returns a summary dict.
 
         ``engine`` samples the accuracy checks (default ``HFGenerateEngine``); ``render`` formats each
-        prompt for both training and checks, as the module's rollouts will (default: as is).
+        prompt for both training and checks, as the module's rollouts will (default: as is);
+        ``max_new_tokens`` is the run's completion budget (the checks' unless set here).
         """
+        self._run_budget = max_new_tokens if max_new_tokens is not None else DEFAULT_BUDGET
         engine = engine or HFGenerateEngine()
         key = self.key(policy, task, engine, render)
         rank0 = not dist.is_initialized() or dist.get_rank() == 0
@@ -247,7 +259,7 @@ class WarmStart:
         environment (scored by the game, ``max_new_tokens`` per action).
         """
         problems = [task.train_problem(EVAL_OFFSET + i) for i in range(self.eval_prompts)]
-        sampling = Sampling(self.max_new_tokens)
+        sampling = Sampling(self.budget)
         sampler = Sampler(engine or HFGenerateEngine(), model, tokenizer, sampling, render)
         rollout = roll_out(task, sampler, problems, 1).rollout  # verified (or scored by the game)
         return float(rollout.correct.float().mean())

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lightning_rlvr import AdditionTask, RLVRModule
+from lightning_rlvr.collect import Collected, roll_out
 from lightning_rlvr.credit import Credit, GRPOCredit
 from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.rredcot import RREDCoTCredit
@@ -250,7 +251,7 @@ def scripted_episodes(lengths: list[list[int]]):
     return module, rollout
 
 
-def test_overlong_penalty_on_episodes_reads_the_longest_action_against_the_per_action_budget():
+def test_overlong_penalty_on_episodes_reads_the_longest_action_against_the_per_action_budget(monkeypatch):
     from lightning_rlvr.rewards import OverlongPenalty
 
     g = torch.Generator().manual_seed(0)
@@ -263,8 +264,8 @@ def test_overlong_penalty_on_episodes_reads_the_longest_action_against_the_per_a
 
     module.max_new_tokens = 6
     module.reward_shaping = [OverlongPenalty(cache=3)]
-    module.rollout = lambda problems, group_size: rollout
-    shaped, _, _ = module.collect(rollout.problems)
+    monkeypatch.setattr("lightning_rlvr.module.roll_out", lambda *args: Collected(rollout, 0, 0.0, 0.0))
+    shaped = module.collect(rollout.problems)[0].rollout
     expected = OverlongPenalty(cache=3).penalty(longest, 6)  # ramp over 4..6, -1 past 6
     assert torch.equal(shaped.rewards, expected)  # EchoWords never won: the verdicts are 0
     assert float(shaped.rewards[0]) == 0.0 and (expected < 0).any()
@@ -277,7 +278,7 @@ def test_action_lengths_of_a_single_turn_rollout_are_its_completion_lengths():
     torch.manual_seed(0)
     sampler = module.sampler
     problems = [AdditionTask(digits=1).problem("train", i) for i in range(3)]
-    rollout = AdditionTask(digits=1).rollout(sampler, problems, 2)
+    rollout = roll_out(AdditionTask(digits=1), sampler, problems, 2).rollout
     assert rollout.turn_index is None
     assert torch.equal(rollout.action_lengths, rollout.completion_mask.sum(-1))
 

@@ -183,10 +183,11 @@ class Recording(RLVRModule):
     engine_logp_value: float | None = None
 
     def collect(self, problems):
-        rollout, errors, stats = super().collect(problems)
+        collected, stats = super().collect(problems)
+        rollout = collected.rollout
         if self.engine_logp_value is not None:  # what a rollout engine reporting its log-probs fills
             rollout.engine_logp = torch.full(rollout.completion_ids.shape, self.engine_logp_value)
-        return rollout, errors, stats
+        return collected, stats
 
     def update(self, rollout, credit, old_logp, ref_logp, forwards=None):
         self.old_logp = old_logp

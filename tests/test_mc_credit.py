@@ -10,6 +10,7 @@ import torch
 from lightning_rlvr.collect.continuations import EngineSampler
 from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.credit.mc import MonteCarloCredit
+from lightning_rlvr.engines.base import Sampling
 from lightning_rlvr.engines.hf import HFGenerateEngine
 from lightning_rlvr.scoring.continuations import Continued
 from lightning_rlvr.scoring.scorer import Scorer
@@ -152,7 +153,7 @@ def test_generate_sampler_verifies_prefix_plus_continuation_with_the_task():
     wrong = enc(f" answer:{int(problem.answer) + 1};")
     torch.manual_seed(0)
     sampler = EngineSampler(
-        HFGenerateEngine(), model, tok, task, max_new_tokens=len(good) + 4, micro_batch_size=5
+        HFGenerateEngine(), model, tok, task, Sampling(max_new_tokens=len(good) + 4), micro_batch_size=5
     )
     out = sampler([enc(problem.prompt)] * 3, [good, wrong, good[:0]], [problem] * 3, n=4)
     assert out.rewards.shape == (3, 4)

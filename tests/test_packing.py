@@ -16,6 +16,7 @@ import torch
 from lightning.pytorch import Trainer, seed_everything
 
 from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy
+from lightning_rlvr.collect import Collected
 from lightning_rlvr.core.objectives import loss_weights
 from lightning_rlvr.core.rollout import Rollout
 from lightning_rlvr.credit import Credit
@@ -219,7 +220,7 @@ class FixedRollout(RLVRModule):
         self.extra_tokens = None
 
     def collect(self, problems):
-        return self.fixed, 0, {"verify_s": 0.0}
+        return Collected(self.fixed, 0, 0.0, 0.0), {}
 
     def _clip_gradients(self) -> float:
         self.grads = _grads(self.model)

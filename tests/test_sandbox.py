@@ -370,10 +370,11 @@ print(json.dumps({"uid": os.getuid(), "report": sandbox_report(), "passed": pass
 
 def _minimal_package(dest: Path) -> None:
     """The sandbox module, its harness and its one dependency, importable without torch (for another uid)."""
-    for rel in ("errors.py", "rewards/sandbox.py", "rewards/sandbox_harness.py"):
+    for rel in ("core/errors.py", "rewards/sandbox.py", "rewards/sandbox_harness.py"):
         (dest / "lightning_rlvr" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / "lightning_rlvr" / rel, dest / "lightning_rlvr" / rel)
-    for init in ("lightning_rlvr/__init__.py", "lightning_rlvr/rewards/__init__.py"):
+    for pkg in ("", "core/", "rewards/"):
+        init = f"lightning_rlvr/{pkg}__init__.py"
         (dest / init).write_text("")
 
 

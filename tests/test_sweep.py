@@ -180,26 +180,19 @@ def test_nested_overrides_into_mappings_and_new_sections_are_merged():
 
 
 def test_sweep_modules_import_without_a_cycle():
-    """sweep -> sweep_report -> sweep_spec (and stats, and sweep_curves for its plots); sweep_spec,
-    sweep_report and sweep_curves never import sweep, and sweep_curves imports nothing of the project but
-    ``core`` (the bottom layer, which imports nothing of the package: atomic writes)."""
-    import ast
+    """run -> report -> spec (and stats, and curves for its plots); spec, report and curves never import
+    run, and spec and curves import nothing of the project but ``core`` (the bottom floor)."""
+    from tests.test_layers import import_graph
 
-    root = REPO / "lightning_rlvr"
-    imports = {}
-    for name in ("sweep", "sweep_report", "sweep_spec", "sweep_curves"):
-        tree = ast.parse((root / f"{name}.py").read_text())
-        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        ours = {m for m in mods if m.startswith("lightning_rlvr.")}
-        imports[name] = {m.rsplit(".", 1)[-1] for m in ours if not m.startswith("lightning_rlvr.core.")}
-    assert imports["sweep_spec"] == set() and imports["sweep_curves"] == set()
-    assert imports["sweep_report"] == {
-        "sweep_spec",
-        "stats",
-        "sweep_curves",
-    }  # the statistics live in one place
-    assert "sweep" not in imports["sweep_report"] | imports["sweep_spec"]
+    pkg = "lightning_rlvr.experiments."
+    graph = import_graph()
+    imports = {
+        name: {m.removeprefix(pkg) for m in graph[pkg + name] if not m.startswith("lightning_rlvr.core.")}
+        for name in ("sweep.run", "sweep.report", "sweep.spec", "sweep.curves")
+    }
+    assert imports["sweep.spec"] == set() and imports["sweep.curves"] == set()
+    assert imports["sweep.report"] == {"sweep.spec", "stats", "sweep.curves"}  # statistics: one place
+    assert "sweep.run" not in imports["sweep.report"] | imports["sweep.spec"]
     from lightning_rlvr.experiments.sweep import report as sweep_report
     from lightning_rlvr.experiments.sweep import spec as sweep_spec
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import torch
-
 from ..core.problem import Problem
 from ..core.rollout import Rollout
 from ..envs.base import Environment
 from ..tasks.base import Task
 from .episodes import engine_generate, expert_rollout, run_episodes
 from .single_turn import Sampler, generate_rollout
+from .verify import verify
 
 __all__ = ["Collected", "Sampler", "roll_out", "verify", "worked_example"]
 
@@ -61,21 +60,6 @@ def roll_out(task: Task, sampler: Sampler, problems: list[Problem], group_size: 
     t1 = time.perf_counter()
     errors = verify(task, rollout)
     return Collected(rollout, errors, t1 - t0, time.perf_counter() - t1)
-
-
-def verify(task: Task, rollout: Rollout) -> int:
-    """Fill a single-turn rollout's ``rewards``, ``correct`` and ``feedback``; returns the verifier errors.
-
-    The one place a batch meets the verifier (``Task.check_batch``; a verifier that raises scores 0
-    and is counted).
-    """
-    problems = [rollout.problems[int(g)] for g in rollout.group]
-    results = task.check_batch(rollout.completions, problems)  # [(verdict, raised)] * N
-    device = rollout.completion_ids.device
-    rollout.rewards = torch.tensor([float(v.reward) for v, _ in results], dtype=torch.float32, device=device)
-    rollout.feedback = [v.feedback for v, _ in results]
-    rollout.correct = torch.tensor([bool(v.correct) for v, _ in results], dtype=torch.bool, device=device)
-    return sum(raised for _, raised in results)
 
 
 def worked_example(task: Task, problem: Problem, tokenizer, render=None) -> tuple[list[int], list[int]]:

@@ -24,6 +24,7 @@ uses the module's temperature / top-p / top-k and the global torch RNG.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 from torch import Tensor
@@ -34,6 +35,7 @@ from ..core.tensors import left_pad
 from ..engines.base import RolloutEngine, Sampling
 from ..scoring.continuations import Continued
 from ..tasks.base import Task
+from .verify import check_texts
 
 
 class EngineSampler:
@@ -44,8 +46,8 @@ class EngineSampler:
         model: the rollout-time policy (its weights must not change while the sampler is used).
         tokenizer: its tokenizer (pad / EOS ids, decoding).
         task: the verifier.
-        max_new_tokens: the rollout budget; a continuation of a k-token prefix gets ``max_new_tokens - k``.
-        temperature, top_p, top_k: sampling, as in rollouts.
+        sampling: the rollouts' sampling settings (the module's); a continuation of a k-token prefix
+            gets ``sampling.max_new_tokens - k`` new tokens.
         micro_batch_size: sequences per engine call. Under several ranks every rank makes the
             same number of calls (a rank with fewer prefixes runs one-token dummies), as FSDP needs.
         render: the prompt format the rollouts were rendered with (the module's); a ``Scorer`` built
@@ -58,10 +60,7 @@ class EngineSampler:
         model,
         tokenizer,
         task: Task,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
+        sampling: Sampling,
         micro_batch_size: int = 128,
         render: Callable[[str], str] | None = None,
     ) -> None:
@@ -70,8 +69,8 @@ class EngineSampler:
         self.model = model
         self.tokenizer = tokenizer
         self.task = task
-        self.max_new_tokens = max_new_tokens
-        self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
+        self.sampling = sampling
+        self.max_new_tokens = sampling.max_new_tokens
         self.micro_batch_size = max(1, micro_batch_size)
 
     @classmethod
@@ -82,14 +81,13 @@ class EngineSampler:
             module.model,
             module.tokenizer,
             module.task,
-            module.max_new_tokens,
+            module.sampling,
             micro_batch_size=module.micro_batch_size,
             render=module.render,
-            **module.sampling,
         )
 
     def _generate(self, ids: Tensor, mask: Tensor, budget: int) -> Tensor:
-        sampling = Sampling(max(budget, 1), **self.sampling)
+        sampling = replace(self.sampling, max_new_tokens=max(budget, 1))
         tok = self.tokenizer
         out = self.engine.generate(self.model, ids, mask, 1, sampling, tok.pad_token_id, tok.eos_token_id)
         return out.completion_ids  # [m, <= budget]
@@ -132,10 +130,8 @@ class EngineSampler:
         for _ in range(missing):  # FSDP: join the other ranks' generate calls
             one = torch.full((1, 1), eos, dtype=torch.long, device=device)
             self._generate(one, torch.ones_like(one), 1)
-        results = self.task.check_batch(texts, [problems[k] for k, _ in items]) if items else []
-        rewards = torch.tensor([float(v.reward) for v, _ in results], dtype=torch.float32).view(K, n)
-        correct = torch.tensor([bool(v.correct) for v, _ in results], dtype=torch.bool).view(K, n)
-        return Continued(rewards.to(device), correct.to(device), generated, forward)
+        checked = check_texts(self.task, texts, [problems[k] for k, _ in items], device)
+        return Continued(checked.rewards.view(K, n), checked.correct.view(K, n), generated, forward)
 
     def _episodes(
         self, prefixes: list[Tensor], problems: list[Problem], n: int, policy_masks: list[Tensor]
@@ -148,8 +144,7 @@ class EngineSampler:
         """
         from .episodes import continue_episodes, engine_generate
 
-        sampling = Sampling(self.max_new_tokens, **self.sampling)
-        generate = engine_generate(self.engine, self.model, self.tokenizer, sampling)
+        generate = engine_generate(self.engine, self.model, self.tokenizer, self.sampling)
         positions = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
         device = next(self.model.parameters()).device
         rewards, correct, generated, forward = [], [], 0, 0

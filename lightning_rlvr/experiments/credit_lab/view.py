@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> Path:
     problem = module.task.problem(args.split, args.prompt_index)
     G = args.group_size or max(module.group_size, 2)
     if args.temperature is not None:
-        module.sampling["temperature"] = args.temperature
+        module.sampling = replace(module.sampling, temperature=args.temperature)
     with seeded(args.seed, "rollout", args.prompt_index), torch.no_grad():
         rollout = module.rollout([problem], G)
     scorer = Scorer(
