@@ -4,7 +4,8 @@ Configs compose: ``--config configs/quickstart.yaml --config configs/method/shea
 merges left to right, and any key can be overridden with a dotted flag
 (``--model.lr 1e-4``). ``--print_config`` shows the merged result. The method
 is ``model.credit``, chosen by ``class_path``. ``test --ckpt_path ckpt`` needs no
-config: the module (task, policy, method) is rebuilt from the checkpoint.
+config: the module (task, policy, method) is rebuilt from the checkpoint, and its metrics land in a
+new version folder beside the checkpoint's run unless a logger or root dir is given (``cli_options.py``).
 ``export`` writes a trained checkpoint as a Hugging Face directory (``lightning_rlvr.export``).
 
 Where outputs go: everything lands under ``trainer.default_root_dir`` (default ``runs``)
