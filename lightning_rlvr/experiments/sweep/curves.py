@@ -2,8 +2,10 @@
 
 The curves come from ``lightning_rlvr.experiments.sweep.report.cell_curves`` as
 {cell label: {metric: [(step, mean, low, high, seeds)]}}; this module only lays them out: train reward
-(a trailing moving average of ``SMOOTH`` steps) and val pass@1 side by side, a 95% band over seeds, one
-legend beside the panels, and a colour and line style per cell that stay distinct past the palette.
+(a trailing moving average of ``SMOOTH`` steps) and val pass@1 side by side, a 95% band over seeds (a
+rate's band clipped to [0, 1]), one legend beside the panels, and a colour and line style per cell
+that stay distinct past the palette: ten distinct hues (tab10), then the next line style, never the
+light/dark pairs of tab20 that would suggest pairings the sweep does not have.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def curves_figure(curves: dict, title: str):
 
     fig, panels = plt.subplots(1, 2, figsize=(12, 4.5))
     names = {"train/reward_mean": f"train reward ({SMOOTH}-step moving average)", "val/pass@1": "val pass@1"}
-    colors = plt.get_cmap("tab10" if len(curves) <= 10 else "tab20")
+    y_labels = {"train/reward_mean": "mean reward per completion", "val/pass@1": "pass@1 (fraction solved)"}
+    colors = plt.get_cmap("tab10")  # distinct hues; past 10 cells the line style changes
     styles = curve_styles(list(curves), colors.N)
     for label, metrics in curves.items():
         color, style = styles[label]
@@ -82,9 +85,12 @@ def curves_figure(curves: dict, title: str):
             banded = [p for p in points if p[4] > 1]
             if banded:
                 x, lo, hi = zip(*((p[0], p[2], p[3]) for p in banded))
+                if "pass@" in metric or "maj@" in metric:  # a rate: its band stays within [0, 1]
+                    lo, hi = [min(max(v, 0.0), 1.0) for v in lo], [min(max(v, 0.0), 1.0) for v in hi]
                 ax.fill_between(x, lo, hi, color=colors(color), alpha=0.12, linewidth=0)
     for ax, metric in zip(panels, names):
         ax.set_xlabel("step")
+        ax.set_ylabel(y_labels[metric])
         ax.set_title(names[metric])
         ax.grid(alpha=0.3)
     # One legend beside the panels, not over the data (a tuning sweep has 20+ cells).

@@ -214,8 +214,9 @@ def markdown_table(axes: list[str], rows: list[dict], target: float | None = Non
     if times is not None:
         header.append(f"train s to val pass@1 >= {target:g} (seeds)")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    names = display_names(axes, rows)
     for i, entry in enumerate(summarize(axes, rows)):
-        cells = [entry["cell"][a] for a in axes] + [str(entry["n"])]
+        cells = [names[a][entry["cell"][a]] for a in axes] + [str(entry["n"])]
         cells += [_fmt(entry["metrics"][c], d) for c, _, d in metrics]
         if times is not None:
             cells.append(times[i])
@@ -316,6 +317,7 @@ def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings
     pct = round(settings.level * 100)
     header = [*axes, "metric", "paired seeds", f"difference [{pct}% interval]", "p", "MDD", "verdict"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    names = display_names(axes, rows)
     for entry in compare_to_baseline(axes, rows, settings):
         c, metric = entry["comparison"], entry["metric"]
         scale, unit, dec = (100.0, " points", 1) if _is_fraction(metric) else (1.0, "", 3)
@@ -324,7 +326,7 @@ def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings
             p, mdd = f"{c.p_value:.3f}", f"{c.mdd * scale:.{dec}f}"
         else:  # no interval to give
             diff, p, mdd = (f"{c.diff * scale:+.{dec}f}" if c.n else "-"), "-", "-"
-        cells = [entry["cell"][a] for a in axes]
+        cells = [names[a][entry["cell"][a]] for a in axes]
         lines.append(
             "| "
             + " | ".join([*cells, metric, str(c.n), diff, p, mdd, verdict(c, scale, unit, entry["unpaired"])])
@@ -347,8 +349,9 @@ def cell_curves(
 ) -> dict[str, dict[str, list[tuple[int, float, float, float, int]]]]:
     """{cell label: {metric: [(step, mean, lo, hi, seeds)]}} for train reward and val pass@1."""
     per_cell: dict[str, dict[str, dict[int, list[float]]]] = {}
+    names = display_names(axes, rows)
     for row in rows:
-        label = cell_label(axes, row)
+        label = cell_label(axes, row, names)
         series = read_fit_metrics(runs_dir / row["run_id"])
         reward = series.get("train/reward_mean", [])
         smoothed = list(zip([s for s, _ in reward], _smooth([v for _, v in reward], smooth)))
@@ -365,10 +368,29 @@ def cell_curves(
     }
 
 
-def cell_label(axes: list[str], row: dict) -> str:
+def display_value(value: str) -> str:
+    """An axis value as tables and curves name it: a list of config files joined by ``+`` with a repeated
+    stem names it once (``hp_rlvr+hp_rlvr``, from ``method/hp_rlvr.yaml`` + ``agent/hp_rlvr.yaml``, reads
+    ``hp_rlvr``). Run ids, ``results.csv`` and a sweep file's ``axis_overrides`` keep the full value."""
+    return "+".join(dict.fromkeys(str(value).split("+")))
+
+
+def display_names(axes: list[str], rows: list[dict]) -> dict[str, dict[str, str]]:
+    """{axis: {value: shown name}}: ``display_value`` unless two of an axis's values would read the same."""
+    out: dict[str, dict[str, str]] = {}
+    for a in axes:
+        values = list(dict.fromkeys(str(r[a]) for r in rows))
+        shown = [display_value(v) for v in values]
+        out[a] = {v: (s if shown.count(s) == 1 else v) for v, s in zip(values, shown)}
+    return out
+
+
+def cell_label(axes: list[str], row: dict, names: dict[str, dict[str, str]] | None = None) -> str:
+    """A cell's name in curves and messages; ``names`` (``display_names``) shortens its values."""
+    shown = {a: (names or {}).get(a, {}).get(str(row[a]), str(row[a])) for a in axes}
     if len(axes) == 1:
-        return str(row[axes[0]])
-    return ", ".join(f"{a}={row[a]}" for a in axes)
+        return shown[axes[0]]
+    return ", ".join(f"{a}={shown[a]}" for a in axes)
 
 
 def choose_values(axes: list[str], rows: list[dict], axis: str, by: str) -> list[dict]:
@@ -416,9 +438,11 @@ def choice_text(axes: list[str], rows: list[dict], axis: str, by: str) -> str:
     others = [a for a in axes if a != axis]
     header = [*others, f"chosen {axis}", *(f"{by} at {v}" for v in values)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    names = display_names(axes, rows)  # the table shows short names; the YAML block keeps the values
     for c in choices:
         means = [f"{c['means'][v]:.3f}" if v in c["means"] else "-" for v in values]
-        lines.append("| " + " | ".join([*c["cell"].values(), str(c["chosen"]), *means]) + " |")
+        shown = [names[a][str(v)] for a, v in c["cell"].items()]
+        lines.append("| " + " | ".join([*shown, str(c["chosen"]), *means]) + " |")
     text = [
         f"## Chosen {axis}\n",
         f"Per {', '.join(others)}: the {axis} with the highest seed-mean {by}; on a tie, the one listed "

@@ -4,7 +4,8 @@ Configs compose: ``--config configs/quickstart.yaml --config configs/method/shea
 merges left to right, and any key can be overridden with a dotted flag
 (``--model.lr 1e-4``). ``--print_config`` shows the merged result. The method
 is ``model.credit``, chosen by ``class_path``. ``test --ckpt_path ckpt`` needs no
-config: the module (task, policy, method) is rebuilt from the checkpoint.
+config: the module (task, policy, method) is rebuilt from the checkpoint, and its metrics land in a
+new version folder beside the checkpoint's run unless a logger or root dir is given (``cli/options.py``).
 ``export`` writes a trained checkpoint as a Hugging Face directory (``lightning_rlvr.export``).
 
 Where outputs go: everything lands under ``trainer.default_root_dir`` (default ``runs``)
@@ -33,10 +34,10 @@ from typing import Any
 
 import yaml
 from lightning.fabric.utilities.seed import seed_everything
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from .checkpoints import (  # noqa: F401 - read_checkpoint etc. re-exported for older callers
+from ..checkpoints import (  # noqa: F401 - read_checkpoint etc. re-exported for older callers
     AtomicCheckpointIO,
     checkpoint_dirs,
     claim_checkpoint_dir,
@@ -48,11 +49,19 @@ from .checkpoints import (  # noqa: F401 - read_checkpoint etc. re-exported for 
     resolve_ckpt_path,
     warn,
 )
-from .core.errors import RLVRError, user_error
-from .core.files import write_text
-from .core.process import FIT_REPORT_ENV, adopt_parent_from_env, die_with_parent
-from .data import RLVRDataModule
-from .module import RLVRModule
+from ..core.console import StepProgressBar, quiet_lightning_tips
+from ..core.errors import RLVRError, user_error
+from ..core.files import write_text
+from ..core.process import FIT_REPORT_ENV, adopt_parent_from_env, die_with_parent
+from ..data import RLVRDataModule
+from ..module import RLVRModule
+from .options import (
+    SUBCOMMAND_HELP,
+    USAGE,
+    checkpoint_callback_settings,
+    import_plugins,
+    log_beside_run,
+)
 
 ROOT = "${trainer.default_root_dir}"  # replaced by the run's trainer.default_root_dir
 DEFAULT_ROOT_DIR = "runs"
@@ -61,8 +70,16 @@ DEFAULT_ROOT_DIR = "runs"
 class RLVRCLI(LightningCLI):
     """LightningCLI with RLVR defaults: CSV logs under ``runs``, a ``last`` checkpoint, seeded runs."""
 
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+    def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """This project's groups (model, data, checkpoint) before Lightning's ~90 trainer flags, so
+        ``--help`` shows them first."""
+        parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
+        parser.add_lightning_class_args(self._datamodule_class, "data", subclass_mode=self.subclass_mode_data)
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(self.trainer_class, "trainer")
+        parser.set_defaults({"trainer." + k: v for k, v in self.trainer_defaults.items() if k != "callbacks"})
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # no versioned names (last-v1.ckpt): a folder holds one run (claim_checkpoint_dir); last.ckpt is
         # its newest state
         parser.set_defaults(
@@ -119,7 +136,14 @@ class RLVRCLI(LightningCLI):
         else:
             ckpt_path = resolve_ckpt_path(ckpt_path)  # a folder of one run's checkpoints: its newest
         config["ckpt_path"] = ckpt_path
-        hparams = dict(read_checkpoint(ckpt_path).get("hyper_parameters") or {})
+        checkpoint = read_checkpoint(ckpt_path)
+        argv = getattr(self, "_argv", [])
+        if subcommand != "fit":  # evaluating a run: its metrics go beside it, its callbacks match
+            log_beside_run(config, ckpt_path, argv)
+            for key, value in checkpoint_callback_settings(checkpoint).items():
+                if not any(a.startswith(f"--checkpoint.{key}") for a in argv):
+                    config[f"checkpoint.{key}"] = value
+        hparams = dict(checkpoint.get("hyper_parameters") or {})
         hparams.pop("_instantiator", None)
         if not hparams:
             return
@@ -152,6 +176,12 @@ class RLVRCLI(LightningCLI):
             plugins = [] if plugins is None else [plugins]
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             config = {**config, "plugins": [*plugins, AtomicCheckpointIO()]}
+        given = config.get("callbacks") or []
+        given = [*(given if isinstance(given, list) else [given]), *callbacks]
+        if config.get("enable_progress_bar") is not False and not any(
+            isinstance(c, ProgressBar) for c in given
+        ):
+            callbacks = [*callbacks, StepProgressBar()]  # "step 12/100", not "Epoch 0/-2"
         return super()._instantiate_trainer(config, callbacks)
 
     def after_fit(self) -> None:
@@ -291,14 +321,19 @@ def run(args: list[str] | None = None) -> RLVRCLI:
     warnings.filterwarnings("ignore", message=".*Checkpoint directory .* exists and is not empty.*")
     # the claimed version folder holds this run's checkpoint lock; no earlier log is in it
     warnings.filterwarnings("ignore", message=".*Experiment logs directory .* exists and is not empty.*")
+    quiet_lightning_tips()  # "💡 Tip: ... litlogger": an advertisement on every command, not a warning
     try:
+        import_plugins()
         check_config_files(sys.argv[1:] if args is None else list(args))
         return RLVRCLI(
             RLVRModule,
             RLVRDataModule,
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"exit_on_error": False},  # parse errors come back here, printed as one line
+            parser_kwargs={  # parse errors come back here, printed as one line
+                "exit_on_error": False,
+                **{cmd: {"description": text, "usage": USAGE} for cmd, text in SUBCOMMAND_HELP.items()},
+            },
             args=args,
             auto_configure_optimizers=False,
         )
@@ -352,6 +387,3 @@ def _user_error(err: BaseException) -> RLVRError | None:
     """The ``RLVRError`` behind ``err`` (or a full disk's), None for a bug (``errors.user_error``)."""
     return user_error(err)
 
-
-if __name__ == "__main__":
-    main()
