@@ -43,7 +43,7 @@ from lightning_rlvr.checkpoints import (
 from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.core.files import write_text
 from lightning_rlvr.experiments.sweep.curves import write_curves_csv
-from lightning_rlvr.experiments.sweep.report import write_results_csv
+from lightning_rlvr.experiments.sweep.rows import write_results_csv
 
 KILLS = 12  # SIGKILLs per writer
 SEED = 0

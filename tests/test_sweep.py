@@ -180,19 +180,20 @@ def test_nested_overrides_into_mappings_and_new_sections_are_merged():
 
 
 def test_sweep_modules_import_without_a_cycle():
-    """run -> report -> spec (and stats, and curves for its plots); spec, report and curves never import
-    run, and spec and curves import nothing of the project but ``core`` (the bottom floor)."""
+    """run -> report -> rows -> spec (and stats, and curves for its plots); spec, rows, report and curves
+    never import run, and spec and curves import nothing of the project but ``core`` (the bottom floor)."""
     from tests.test_layers import import_graph
 
     pkg = "lightning_rlvr.experiments."
     graph = import_graph()
     imports = {
         name: {m.removeprefix(pkg) for m in graph[pkg + name] if not m.startswith("lightning_rlvr.core.")}
-        for name in ("sweep.run", "sweep.report", "sweep.spec", "sweep.curves")
+        for name in ("sweep.run", "sweep.report", "sweep.rows", "sweep.spec", "sweep.curves")
     }
     assert imports["sweep.spec"] == set() and imports["sweep.curves"] == set()
-    assert imports["sweep.report"] == {"sweep.spec", "stats", "sweep.curves"}  # statistics: one place
-    assert "sweep.run" not in imports["sweep.report"] | imports["sweep.spec"]
+    assert imports["sweep.report"] == {"sweep.rows", "sweep.spec", "stats", "sweep.curves"}
+    assert imports["sweep.rows"] == {"sweep.spec", "stats"}  # statistics: one place
+    assert "sweep.run" not in imports["sweep.report"] | imports["sweep.rows"] | imports["sweep.spec"]
     from lightning_rlvr.experiments.sweep import report as sweep_report
     from lightning_rlvr.experiments.sweep import spec as sweep_spec
 

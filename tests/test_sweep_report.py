@@ -14,6 +14,7 @@ from lightning_rlvr.experiments.credit_lab.metrics import Summary
 from lightning_rlvr.experiments.stats import min_detectable_difference
 from lightning_rlvr.experiments.sweep import curves as sc
 from lightning_rlvr.experiments.sweep import report as rep
+from lightning_rlvr.experiments.sweep import rows as run_rows
 from lightning_rlvr.experiments.sweep import run as sw
 
 # Student's t, two-sided 95% (the 0.975 quantile), from any printed t-table
@@ -47,7 +48,7 @@ shear__lr=5e-5__seed=0,shear,5e-5,0,0.9,0.95,0.60,300
 def test_markdown_table_from_a_hand_made_results_file(tmp_path):
     path = tmp_path / "results.csv"
     path.write_text(HAND_MADE)
-    axes, rows = rep.read_results_csv(path)
+    axes, rows = run_rows.read_results_csv(path)
     assert axes == ["method", "model.lr"]
     table = rep.markdown_table(axes, rows).splitlines()
     assert table[0] == (
@@ -137,7 +138,7 @@ k,same,7,0.99
 def _rows(text: str, tmp_path: Path) -> tuple[list[str], list[dict]]:
     path = tmp_path / "results.csv"
     path.write_text(text)
-    return rep.read_results_csv(path)
+    return run_rows.read_results_csv(path)
 
 
 def test_comparison_with_grpo_is_paired_by_seed_with_hand_computed_interval_and_p(tmp_path):
@@ -207,7 +208,7 @@ def test_training_seconds_to_reach_the_target_come_from_the_step_times(tmp_path)
     steps = [f"{s},1.0,0.25,0.25,{0.5 * (s + 1)}," for s in range(4)]  # steps 0-3: 2.0, 2.5, 3.0, 3.5 s
     lines += [*steps[:2], "1,,,,,0.30", *steps[2:], "3,,,,,0.50"]
     (d / "logs" / "fit" / "metrics.csv").write_text("\n".join(lines) + "\n")
-    curve = rep.train_seconds_curve(d)
+    curve = run_rows.train_seconds_curve(d)
     assert curve == [(0.0, 0.10), (4.5, 0.30), (11.0, 0.50)]
     assert stats_time(curve, 0.3) == 4.5 and stats_time(curve, 0.4) == 11.0 and stats_time(curve, 0.05) == 0.0
     assert math.isnan(stats_time(curve, 0.6))
@@ -237,16 +238,16 @@ def write_credit_eval(path, rows: list[tuple[str, float | None, float | None, fl
 
 
 def test_credit_eval_columns_are_read_when_present_and_omitted_otherwise(tmp_path):
-    assert rep.read_credit_eval(tmp_path, "shear") == {}
+    assert run_rows.read_credit_eval(tmp_path, "shear") == {}
     write_credit_eval(
         tmp_path / "credit_eval.csv",
         [("grpo", 0.1, 0.2, 0.5), ("shear", 0.4, 0.6, 0.8), ("shear", 0.6, None, 0.9)],
     )
-    got = rep.read_credit_eval(tmp_path, "shear")  # the rows of this run's method; undefined skipped
+    got = run_rows.read_credit_eval(tmp_path, "shear")  # the rows of this run's method; undefined skipped
     assert got == pytest.approx(
         {"credit_eval/spearman": 0.5, "credit_eval/localisation": 0.6, "credit_eval/sign": 0.85}
     )
-    assert rep.read_credit_eval(tmp_path, "hsd")["credit_eval/spearman"] == pytest.approx(
+    assert run_rows.read_credit_eval(tmp_path, "hsd")["credit_eval/spearman"] == pytest.approx(
         (0.1 + 0.4 + 0.6) / 3
     )
 

@@ -1,0 +1,138 @@
+"""A finished run as a row: its metrics read back from the files it wrote (``results.csv``'s rows).
+
+Layer: ``experiments`` (reads files only, so a report can be rewritten while a sweep still runs).
+A row has ``run_id``, one column per grid axis, ``seed``, test pass@k from the final checkpoint, val
+pass@1 before RL and at the last validation, the train reward averaged over the last ``TAIL`` steps, the
+training seconds to the report's target accuracy, the fit time, and the credit lab's columns when the
+run has a ``credit_eval.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+from ...core.files import atomic_file
+from ..stats import time_to_reach
+from .spec import CREDIT_EVAL, DONE, TEST_METRICS, Run, Sweep, is_finished, run_dir
+
+TAIL = 10  # steps averaged for the final train reward
+STEP_TIME_KEYS = ("time/rollout_s", "time/score_s", "time/credit_s", "time/update_s")  # one RL step
+# credit_eval.csv metrics (``experiments.credit_lab.evaluate.write_csv`` writes each as ``<name>_mean`` etc.)
+CREDIT_COLUMNS = ("spearman", "localisation", "sign")
+TIME_TO_TARGET = "time_to_target_s"
+START = "val/pass@1_start"  # val pass@1 before RL: which warm start a run began from
+# (results.csv column, table header, decimals); test/pass@k columns are added as found
+SUMMARY = [
+    ("val/pass@1_final", "val pass@1 (last)", 3),
+    ("train/reward_last", f"train reward (last {TAIL} steps)", 3),
+    *((f"credit_eval/{c}", f"credit {c}", 3) for c in CREDIT_COLUMNS),
+    ("fit_s", "fit time (s)", 0),
+]
+
+
+def read_fit_metrics(directory: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every logged metric of the run's fit as (step, value) pairs, in logging order."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted((directory / "logs" / "fit").rglob("metrics.csv")):
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                step = int(float(row.get("step") or 0))
+                for key, value in row.items():
+                    if key not in ("step", "epoch") and value not in ("", None):
+                        series.setdefault(key, []).append((step, float(value)))
+    return series
+
+
+def train_seconds_curve(directory: Path) -> list[tuple[float, float]]:
+    """(training seconds so far, val pass@1) at each validation of the run's fit, in logging order.
+
+    The seconds are the summed step times (``STEP_TIME_KEYS``) of the RL steps logged before the
+    validation's row. File order, not the step column, decides: Lightning logs a validation after
+    steps 0..s at step s, the same step as the last training row, and the one before RL at step 0.
+    """
+    out, total = [], 0.0
+    for path in sorted((directory / "logs" / "fit").rglob("metrics.csv")):
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                total += sum(float(row[k]) for k in STEP_TIME_KEYS if row.get(k) not in ("", None))
+                if row.get("val/pass@1") not in ("", None):
+                    out.append((total, float(row["val/pass@1"])))
+    return out
+
+
+def read_credit_eval(directory: Path, method: str | None = None) -> dict[str, float]:
+    """``credit_eval/<column>``: the mean over rows of each ``CREDIT_COLUMNS`` metric's ``<column>_mean``
+    in the run's credit_eval.csv (as ``lightning-rlvr-credit-eval`` writes it).
+
+    Rows whose ``method`` column names ``method`` are used when there are any (a file that evaluated
+    several methods on the checkpoint), else all rows. Empty when the file or the columns are absent.
+    """
+    path = directory / CREDIT_EVAL
+    if not path.is_file():
+        return {}
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    mine = [r for r in rows if method is not None and r.get("method") == method]
+    rows = mine or rows
+    out = {}
+    for column in CREDIT_COLUMNS:
+        values = []
+        for r in rows:
+            try:
+                values.append(float(r.get(f"{column}_mean") or "nan"))
+            except ValueError:
+                continue
+        values = [v for v in values if math.isfinite(v)]
+        if values:
+            out[f"credit_eval/{column}"] = sum(values) / len(values)
+    return out
+
+
+def run_row(sweep: Sweep, run: Run) -> dict | None:
+    """The results.csv row of a finished run (None if it has not finished)."""
+    d = run_dir(sweep, run)
+    if not is_finished(sweep, run):  # not finished, or finished with other overrides than the sweep's now
+        return None
+    done = json.loads((d / DONE).read_text())
+    series = read_fit_metrics(d)
+    val = series.get("val/pass@1", [])
+    reward = [v for _, v in series.get("train/reward_mean", [])]
+    row = {"run_id": run.run_id, **dict(run.cell), "seed": run.seed if run.seed is not None else ""}
+    row.update(json.loads((d / TEST_METRICS).read_text()))
+    row[START] = val[0][1] if val and val[0][0] == 0 else ""
+    row["val/pass@1_final"] = val[-1][1] if val else ""
+    row["train/reward_last"] = sum(reward[-TAIL:]) / len(reward[-TAIL:]) if reward else ""
+    row["steps"] = len(reward)
+    target = sweep.report.target_accuracy
+    if target is not None:
+        reached = time_to_reach(train_seconds_curve(d), target)
+        row[TIME_TO_TARGET] = "" if math.isnan(reached) else round(reached, 1)
+    row.update(read_credit_eval(d, dict(run.cell).get("method")))
+    row["fit_s"] = done.get("fit_s", "")
+    return row
+
+
+def write_results_csv(rows: list[dict], path: Path) -> None:
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    with atomic_file(path, "w", newline="") as f:  # a killed report leaves the previous results.csv
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_results_csv(path: Path) -> tuple[list[str], list[dict]]:
+    """(axis columns, rows); the axis columns are those between ``run_id`` and ``seed``."""
+    with open(path) as f:
+        reader = csv.DictReader(f)
+        columns = list(reader.fieldnames or [])
+        rows = list(reader)
+    start = columns.index("run_id") + 1 if "run_id" in columns else 0
+    return columns[start : columns.index("seed")], rows
+
+
+# ---------------------------------------------------------------------------- the table
