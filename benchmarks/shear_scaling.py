@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from lightning_rlvr.credit.shear import SHEARCredit, span_starts
+from lightning_rlvr.credit.shear import SHEARCredit
+from lightning_rlvr.credit.shear_distance import span_starts
 
 
 def make_group(T: int, H: int, G: int, n_correct: int, seed: int) -> tuple[torch.Tensor, ...]:

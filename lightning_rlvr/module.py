@@ -67,7 +67,8 @@ from .models.policies import PolicySource, TinyPolicy, apply_lora
 from .prompts import PromptFormat
 from .rewards.overlong import RewardShaper
 from .sample_log import append_samples, sample_rows
-from .scoring.scorer import Scorer, same_in_train_mode
+from .scoring.mode import same_in_train_mode
+from .scoring.scorer import Scorer
 from .tasks.addition import AdditionTask
 from .tasks.base import Task
 from .update import PolicyUpdate

@@ -16,9 +16,11 @@ from .core.errors import RLVRError
 from .core.objectives import loss_weights
 from .core.rollout import Rollout
 from .credit.base import Credit
+from .scoring.logprobs import entropy_from_logits, token_logprobs
+from .scoring.mode import same_in_train_mode
 from .scoring.packing import MicroBatch, micro_batches, shares_prompts
 from .scoring.packing import forward as packed_forward
-from .scoring.scorer import Scorer, entropy_from_logits, same_in_train_mode, token_logprobs
+from .scoring.scorer import Scorer
 
 log = logging.getLogger(__name__)
 

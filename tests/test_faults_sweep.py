@@ -84,8 +84,9 @@ def _sweep(cwd: Path) -> int:
             os.chdir(cwd)
             sys.stderr = open(os.devnull, "w")  # noqa: SIM115
             from lightning_rlvr.experiments.sweep import run as sw
+            from lightning_rlvr.experiments.sweep import runner
 
-            sw.CLI_MODULE = "tests.test_faults_sweep"
+            runner.CLI_MODULE = "tests.test_faults_sweep"
             code = sw.main(["s.yaml", "--jobs", "1"])
         finally:
             os._exit(code)
@@ -166,7 +167,7 @@ if __name__ == "__main__":
 def test_restoring_archived_runs_never_deletes_a_run_folder_a_live_process_holds(tmp_path, monkeypatch):
     from lightning_rlvr.core.process import locked
     from lightning_rlvr.experiments.sweep import run as sw
-    from lightning_rlvr.experiments.sweep.archive import archive_dir
+    from lightning_rlvr.experiments.sweep.archive import archive_dir, restore_runs
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "m.yaml").write_text("model: {lr: 1.0e-4}\n")
@@ -182,7 +183,7 @@ def test_restoring_archived_runs_never_deletes_a_run_folder_a_live_process_holds
     for held in (sw.lock_path(sweep, run), partial.parent / "checkpoints" / ".lock"):
         with locked(held) as f:
             assert f is not None
-            assert sw.restore_runs(sweep, [run]) == []
+            assert restore_runs(sweep, [run]) == []
             assert partial.read_text() == "a fit in progress"
-    assert sw.restore_runs(sweep, [run]) == [run.run_id]  # nobody holds it: the archived run replaces it
+    assert restore_runs(sweep, [run]) == [run.run_id]  # nobody holds it: the archived run replaces it
     assert not partial.exists() and (sw.run_dir(sweep, run) / sw.DONE).is_file()

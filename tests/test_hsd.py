@@ -309,7 +309,8 @@ def _hsd_update(**hsd_kwargs) -> tuple[dict, dict]:
 def _old_formula_grads(ctx: dict, distill_weights: str = "seq_mean") -> dict:
     """The update before ``Credit.token_loss``, written out: seq-mean PG (ratio 1) + lambda * clipped JSD."""
     from lightning_rlvr.core.objectives import loss_weights
-    from lightning_rlvr.scoring.scorer import causal_lm_forward, token_logprobs
+    from lightning_rlvr.scoring.logprobs import token_logprobs
+    from lightning_rlvr.scoring.packing import causal_lm_forward
 
     module, rollout, credit = ctx["module"], ctx["rollout"], ctx["credit"]
     module.model.zero_grad(set_to_none=True)

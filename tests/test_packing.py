@@ -28,9 +28,11 @@ from lightning_rlvr.credit.top_entropy import TopEntropyCredit
 from lightning_rlvr.losses import CISPO, GSPO, PPOClip
 from lightning_rlvr.models import apply_lora
 from lightning_rlvr.scoring import packing
+from lightning_rlvr.scoring.logprobs import entropy_from_logits, token_logprobs
+from lightning_rlvr.scoring.mode import same_in_train_mode
 from lightning_rlvr.scoring.packing import MicroBatch, causal_lm_forward, micro_batches, shares_prompts
 from lightning_rlvr.scoring.packing import forward as packed_forward
-from lightning_rlvr.scoring.scorer import Scorer, entropy_from_logits, same_in_train_mode, token_logprobs
+from lightning_rlvr.scoring.scorer import Scorer
 from tests.rollouts import rollout_from_ids
 
 SHAPE = dict(layers=2, hidden=32, heads=2, intermediate=64, max_positions=64)

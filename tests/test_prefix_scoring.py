@@ -14,8 +14,10 @@ import torch
 from lightning_rlvr.core.tensors import left_pad
 from lightning_rlvr.credit.self_conditioned import generalized_jsd, kl_divergence
 from lightning_rlvr.models import TinyPolicy
+from lightning_rlvr.scoring.packing import causal_lm_forward
 from lightning_rlvr.scoring.prefix_scoring import suffix_logits, supports_prefix_cache
-from lightning_rlvr.scoring.scorer import Scorer, TeacherScorer, causal_lm_forward
+from lightning_rlvr.scoring.scorer import Scorer
+from lightning_rlvr.scoring.teacher import TeacherScorer
 from tests.rollouts import rollout_from_ids
 
 SHAPE = dict(layers=2, hidden=32, heads=2, intermediate=64, max_positions=64)

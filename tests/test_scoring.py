@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from lightning_rlvr.core.rollout import Rollout
-from lightning_rlvr.scoring.scorer import Scorer, entropy_from_logits
+from lightning_rlvr.scoring.logprobs import entropy_from_logits
+from lightning_rlvr.scoring.scorer import Scorer
 from tests.rollouts import rollout_from_ids
 
 V = 8

@@ -12,8 +12,8 @@ import torch
 from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.core.problem import Problem
 from lightning_rlvr.core.rollout import Rollout
-from lightning_rlvr.credit.shear import (
-    SHEARCredit,
+from lightning_rlvr.credit.shear import SHEARCredit
+from lightning_rlvr.credit.shear_distance import (
     _sinkhorn,
     emd_cost,
     nearest_point_bound,

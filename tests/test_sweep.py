@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from lightning_rlvr.core.process import FIT_REPORT_ENV
+from lightning_rlvr.experiments.sweep import commands as swc
 from lightning_rlvr.experiments.sweep import run as sw
+from lightning_rlvr.experiments.sweep import runner as swr
 from tests.conftest import BASE_TEST_SCALE, METHOD_TEST_SCALE, REPO, TINY
 from tests.test_sweep_report import write_credit_eval
 
@@ -120,13 +123,13 @@ def test_axis_overrides_give_each_method_its_own_lr(grid_sweep):
         f"{m}__seed={s}": (2.0e-4 if m == "alpha" else None) for m in ("beta", "alpha") for s in range(3)
     }
     alpha = next(r for r in runs if r.run_id == "alpha__seed=0")
-    assert sw._merged_config(alpha)["model"] == {
+    assert swc._merged_config(alpha)["model"] == {
         "group_size": 2,
         "loss": {"init_args": {"loss_agg": "seq_mean"}},
         "lr": 2.0e-4,
     }
-    assert ("--model.lr", "0.0002") in zip(sw.fit_command(sw.load_sweep(grid_sweep), alpha)[:-1],
-                                          sw.fit_command(sw.load_sweep(grid_sweep), alpha)[1:])  # fmt: skip
+    assert ("--model.lr", "0.0002") in zip(swc.fit_command(sw.load_sweep(grid_sweep), alpha)[:-1],
+                                          swc.fit_command(sw.load_sweep(grid_sweep), alpha)[1:])  # fmt: skip
 
 
 def test_axis_overrides_keyed_by_a_numeric_axis_value(grid_sweep):
@@ -174,7 +177,7 @@ def test_nested_overrides_into_mappings_and_new_sections_are_merged():
         cell=(),
         seed=None,
     )
-    assert sw._merged_config(run) == {
+    assert swc._merged_config(run) == {
         "model": {"credit": {"init_args": {"window": 8}}, "lora": {"r": 4}, "lr": 0.1}
     }
 
@@ -238,7 +241,7 @@ class FakeLightning:
             (run / "checkpoints").mkdir(parents=True)
             (run / "checkpoints" / "last.ckpt").write_text("ckpt")
             report = {"ckpt_path": str(run / "checkpoints" / "last.ckpt")}
-            write(Path(env[sw.FIT_REPORT_ENV]), json.dumps(report))  # what the fit reports (cli.after_fit)
+            write(Path(env[FIT_REPORT_ENV]), json.dumps(report))  # what the fit reports (cli.after_fit)
             write(
                 run / "logs" / "fit" / "metrics.csv",
                 "step,train/reward_mean,val/pass@1\n0,,0.25\n0,0.5,\n1,0.75,\n",
@@ -285,7 +288,7 @@ def test_a_second_sweep_on_the_same_directory_leaves_the_runs_in_progress_to_the
     """Launched twice, the second invocation used to delete the first's unfinished run directory and run
     it again beside it; now each run is locked by the process running it and the other skips it."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sw, "LOCK_WAIT_S", 0.1)  # the first is alive: waiting longer changes nothing
+    monkeypatch.setattr(swr, "LOCK_WAIT_S", 0.1)  # the first is alive: waiting longer changes nothing
     write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
     path = write(tmp_path / "s.yaml", "out: out\ngrid:\n  config: [m/one.yaml]\n  seed_everything: [0, 1]\n")
     second = FakeLightning()
@@ -352,7 +355,7 @@ def test_a_run_done_with_another_lr_is_run_again_and_the_others_are_kept(grid_sw
     assert sw.main([str(grid_sweep)], runner=again) == 0 and again.calls == []  # all done: nothing runs
     write(grid_sweep, grid_sweep.read_text().replace("2.0e-4", "4.0e-4"))  # the tuning chose another lr
     sweep = sw.load_sweep(grid_sweep)
-    assert [sw.is_done(sweep, r) for r in sw.expand(sweep)] == [True, False]  # beta, alpha
+    assert [swr.is_done(sweep, r) for r in sw.expand(sweep)] == [True, False]  # beta, alpha
     third = FakeLightning()
     assert sw.main([str(grid_sweep)], runner=third) == 0
     assert [c for c in third.calls if c[1] != "_warmup"] == [
@@ -372,7 +375,7 @@ def test_warm_start_runs_once_per_setting_before_the_runs(tmp_path, monkeypatch)
         "  model.task.init_args.digits: [2, 3]\n",
     )
     runs = sw.expand(sw.load_sweep(path))
-    groups = sw.warm_start_groups(runs)
+    groups = swc.warm_start_groups(runs)
     assert len(groups) == 2  # the task differs; the method does not change the warm start
     fake = FakeLightning()
     assert sw.main([str(path), "--jobs", "2"], runner=fake) == 0
@@ -416,14 +419,14 @@ def _test_scale(base: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
     """The test-scale configs of the base configs (``BASE_TEST_SCALE``, default tiny.yaml) and the
     ``PINNED`` values they set, as CLI flags."""
     scale = tuple(c for b in base for c in BASE_TEST_SCALE.get(Path(b).stem, ())) or (TINY,)
-    merged = sw._merged_config(sw.Run("scale", scale, (), (), None))
+    merged = swc._merged_config(sw.Run("scale", scale, (), (), None))
     pins = []
     for key in PINNED:
         node = merged
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
         if node is not None:
-            pins.append(f"--{key}={sw.cli_value(node)}")
+            pins.append(f"--{key}={swc.cli_value(node)}")
     return scale, pins
 
 
@@ -448,7 +451,7 @@ def test_every_sweep_file_starts_each_of_its_runs(sweep_file, run_cli, monkeypat
         STARTED.add(key)
         configs = (*run.configs[:base], *scale, *run.configs[base:])
         configs += tuple(c for f in configs for c in METHOD_TEST_SCALE.get(Path(f).stem, ()))  # OPD's teacher
-        args = sw._override_args(run.overrides) + pins + ["--trainer.fast_dev_run=true"]
+        args = swc._override_args(run.overrides) + pins + ["--trainer.fast_dev_run=true"]
         cli = run_cli("fit", *args, configs=configs, root=tmp_path / run.run_id)
         assert cli.model.rl_step == 1, run.run_id
         sizes = {k: v for k, v in (p[2:].split("=", 1) for p in pins)}
@@ -456,7 +459,7 @@ def test_every_sweep_file_starts_each_of_its_runs(sweep_file, run_cli, monkeypat
         if "model.task.init_args.test_games" in sizes:
             assert sizes["model.task.init_args.test_games"] == str(cli.model.task.size("test"))
         grid_files = sw.Run(run.run_id, run.configs[base:], (), (), None)
-        group_size = sw._merged_config(grid_files).get("model", {}).get("group_size")
+        group_size = swc._merged_config(grid_files).get("model", {}).get("group_size")
         if group_size is not None:  # a method file's own G wins over the test scale's
             assert cli.model.group_size == group_size
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.rollout import Rollout
-from ..scoring.scorer import TopK, bucket_logprobs
+from ..scoring.logprobs import TopK, bucket_logprobs
 from .base import TokenLoss
 
 LOG_ZERO = -1.0e4  # stands for log 0 in bucket log-probs: exp() is exactly 0, and no inf - inf

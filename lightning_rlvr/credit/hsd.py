@@ -48,7 +48,8 @@ from torch import Tensor
 
 from ..core.objectives import AGGREGATIONS
 from ..core.rollout import Rollout
-from ..scoring.scorer import Scorer, TopK
+from ..scoring.logprobs import TopK
+from ..scoring.scorer import Scorer
 from .base import Credit
 from .distill import teacher_token_loss
 from .self_conditioned import (

@@ -43,7 +43,8 @@ from torch import Tensor
 from ..core.errors import RLVRError
 from ..core.objectives import group_mean_std
 from ..core.rollout import Rollout, turn_starts
-from ..scoring.scorer import Scorer, scoring_mode
+from ..scoring.mode import scoring_mode
+from ..scoring.scorer import Scorer
 from .base import Credit, CreditAssigner
 
 

@@ -28,7 +28,8 @@ from typing import Literal, Protocol
 from ..core.errors import RLVRError
 from ..core.rollout import Rollout
 from ..models.policies import PolicySource
-from ..scoring.scorer import Scorer, TeacherScorer
+from ..scoring.scorer import Scorer
+from ..scoring.teacher import TeacherScorer
 from .opsd import Divergence, OPSDCredit
 
 

@@ -56,7 +56,8 @@ from torch import Tensor
 
 from ..core.rollout import Rollout
 from ..prompts import fill
-from ..scoring.scorer import DivergenceFn, Scorer, TopK
+from ..scoring.logprobs import DivergenceFn, TopK
+from ..scoring.scorer import Scorer
 from .base import CreditAssigner
 
 FIELDS = ("prompt", "reference", "answer")

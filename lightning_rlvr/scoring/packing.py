@@ -186,6 +186,23 @@ def micro_batches(
     return out + [MicroBatch(empty, empty, 1, 0) for _ in range(missing)]
 
 
+def token_chunks(n: int, rows: int, tokens: int | None, widths: list[int] | None = None) -> list[Tensor]:
+    """Consecutive index chunks of ``range(n)``: at most ``rows`` items and, when ``tokens`` and ``widths``
+    are given, at most ``tokens`` padded tokens (items x the widest) each; never an empty chunk."""
+    if tokens is None or widths is None:
+        return list(torch.arange(n).split(rows))
+    chunks, start, widest = [], 0, 0
+    for i in range(n):
+        w = max(widest, widths[i], 1)
+        if i > start and ((i - start + 1) * w > tokens or i - start >= rows):
+            chunks.append(torch.arange(start, i))
+            start, w = i, max(widths[i], 1)
+        widest = w
+    if n:
+        chunks.append(torch.arange(start, n))
+    return chunks
+
+
 def forward(model, rollout: Rollout, mb: MicroBatch, hidden: bool = False) -> tuple[Tensor, Tensor | None]:
     """The policy on micro-batch ``mb``: logits predicting its completion tokens [m, T_m, V]
     and, with ``hidden``, the last-layer states at those positions [m, T_m, H] (model dtype).

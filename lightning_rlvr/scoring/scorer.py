@@ -34,12 +34,14 @@ a sequence ``[context (Lc tokens); completion]`` completion token ``t`` is
 predicted at position ``Lc + t - 1``; every method relies on this, and
 ``tests/test_scoring.py`` pins it with a policy whose prediction is a known
 function of its context.
+
+Layer: scoring (imports only ``core``). Around the ``Scorer`` here: the log-prob maths
+(``logprobs.py``), scoring mode (``mode.py``), ``compare`` (``compare.py``) and
+``TeacherScorer`` (``teacher.py``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,120 +52,13 @@ from torch import Tensor
 from ..core.distributed import max_over_ranks, world_size
 from ..core.rollout import Rollout
 from ..core.tensors import left_pad
+from .compare import CompareViews
 from .continuations import ContinuationSampler
-from .packing import MicroBatch, causal_lm_forward, micro_batches, place, shares_prompts
+from .logprobs import entropy_from_logits, token_logprobs
+from .mode import _scoring
+from .packing import MicroBatch, causal_lm_forward, micro_batches, place, shares_prompts, token_chunks
 from .packing import forward as packed_forward
 from .prefix_scoring import suffix_logits, supports_prefix_cache
-
-DivergenceFn = Callable[[Tensor, Tensor], Tensor]
-
-
-def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
-    """log softmax(logits)[target] without materialising the full log-softmax: [..., T]."""
-    logits = logits.float()
-    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-
-
-@dataclass
-class TopK:
-    """A sparse next-token distribution: its k most likely tokens and the log of the remaining mass.
-
-    Seen as a distribution over k + 1 buckets (the k tokens, then "everything else"), it is
-    exact when k = V (the tail is empty: log 0 = -inf).
-    """
-
-    ids: Tensor  # [..., k] long, token ids in descending probability
-    logp: Tensor  # [..., k] their log-probs
-    tail: Tensor  # [...] log of 1 - sum(exp(logp)), computed without cancellation
-
-    @staticmethod
-    def of(logp: Tensor, k: int) -> TopK:
-        """The top-k view of full log-probs [..., V]."""
-        top, ids = logp.topk(min(k, logp.shape[-1]), dim=-1)
-        rest = logp.scatter(-1, ids, float("-inf"))  # [..., V] the tokens outside the top k
-        return TopK(ids=ids, logp=top, tail=torch.logsumexp(rest, dim=-1))
-
-    def buckets(self) -> Tensor:
-        """Log-probs over the k + 1 buckets: [..., k + 1]."""
-        return torch.cat([self.logp, self.tail[..., None]], dim=-1)
-
-
-def bucket_logprobs(logits: Tensor, ids: Tensor) -> Tensor:
-    """Log-probs of ``softmax(logits)`` over the buckets of a ``TopK``'s ``ids``: [..., k + 1].
-
-    The tokens ``ids`` [..., k], then the mass of every other token (a logsumexp over the
-    vocabulary with ``ids`` masked out, so a tail near 0 keeps its precision). Gradients flow.
-    """
-    logits = logits.float()
-    lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # [..., 1]
-    top = logits.gather(-1, ids) - lse
-    if ids.shape[-1] == logits.shape[-1]:  # k = V: the tail is empty (a constant, so no NaN gradient)
-        return torch.cat([top, torch.full_like(lse, float("-inf"))], dim=-1)
-    tail = torch.logsumexp(logits.scatter(-1, ids, float("-inf")), dim=-1, keepdim=True) - lse
-    return torch.cat([top, tail], dim=-1)
-
-
-def token_chunks(n: int, rows: int, tokens: int | None, widths: list[int] | None = None) -> list[Tensor]:
-    """Consecutive index chunks of ``range(n)``: at most ``rows`` items and, when ``tokens`` and ``widths``
-    are given, at most ``tokens`` padded tokens (items x the widest) each; never an empty chunk."""
-    if tokens is None or widths is None:
-        return list(torch.arange(n).split(rows))
-    chunks, start, widest = [], 0, 0
-    for i in range(n):
-        w = max(widest, widths[i], 1)
-        if i > start and ((i - start + 1) * w > tokens or i - start >= rows):
-            chunks.append(torch.arange(start, i))
-            start, w = i, max(widths[i], 1)
-        widest = w
-    if n:
-        chunks.append(torch.arange(start, n))
-    return chunks
-
-
-def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Per-position entropy of softmax(logits): [..., T]. A -inf logit (a masked token) adds 0 log 0 = 0."""
-    logp = F.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).where(logp > float("-inf"), 0.0).sum(-1)
-
-
-@contextlib.contextmanager
-def scoring_mode(model):
-    """No gradients and ``model`` in eval mode (no dropout), restored afterwards."""
-    was_training = getattr(model, "training", False)  # test doubles need not be Modules
-    if was_training:
-        model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        if was_training:
-            model.train()
-
-
-def _scoring(method):
-    """A ``Scorer`` method run in ``scoring_mode`` of its model."""
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with scoring_mode(self.model):
-            return method(self, *args, **kwargs)
-
-    return wrapper
-
-
-def same_in_train_mode(model) -> bool:
-    """Whether ``model`` computes the same function in train mode as in eval mode (no dropout).
-
-    The scorer runs the policy in eval mode, the update in train mode; only when they agree
-    can the update's forward stand in for the scorer's. Checks ``nn.Dropout`` modules and the
-    config's dropout rates (Hugging Face attention passes ``attention_dropout`` to SDPA
-    directly, with no module): any rate above 0 says no.
-    """
-    if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules()):
-        return False
-    config = getattr(model, "config", None)
-    rates = [v for k, v in (vars(config) if config is not None else {}).items() if "drop" in k.lower()]
-    return not any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in rates)
 
 
 @dataclass
@@ -175,7 +70,7 @@ class PolicyPass:
     hidden: Tensor | None  # [N, T, H] fp32 last-layer hidden state that predicted each token
 
 
-class Scorer:
+class Scorer(CompareViews):
     """No-grad scoring of a rollout by the policy that produced it (see the module docstring).
 
     Args:
@@ -418,124 +313,6 @@ class Scorer:
                 results.append(logp[j, len(s) - n : len(s)])
         return results
 
-    # ------------------------------------------------------------------ other contexts
-    @_scoring
-    def compare(
-        self,
-        contexts: list[Tensor],
-        rows: list[int],
-        fn: DivergenceFn,
-        spans: list[tuple[int, int]] | None = None,
-        teacher_top_k: int | None = None,
-    ) -> Tensor | tuple[Tensor, TopK]:
-        """Score completion tokens of ``rows`` under other ``contexts`` and reduce per token.
-
-        View ``v`` runs the policy on ``[contexts[v]; completion[rows[v], :end]]`` and
-        compares, at each completion position ``t`` in ``spans[v] = (start, end)``
-        (default: the whole completion), the teacher distribution with the student's
-        (the same token under the rollout's own prompt): ``fn(teacher_logp, student_logp)``,
-        both [m, S, V] log-probs, returning [m, S] (or [m, S, K]).
-
-        Returns [N, T] (or [N, T, K]): values written at each view's positions, 0 elsewhere.
-        When several views cover the same position the last one wins. With ``teacher_top_k=k``
-        returns ``(values, TopK)`` with the teacher's top-k log-probs [N, T, k] and tail [N, T]
-        at the same positions (zeros elsewhere); ``fn`` still sees the full distributions,
-        one micro-batch at a time, so nothing [N, T, V] is held.
-        """
-        r = self.rollout
-        T = r.completion_ids.shape[1]
-        lengths = r.lengths.tolist()
-        spans = spans or [(0, lengths[row]) for row in rows]
-        out: Tensor | None = None
-        top: TopK | None = None  # [N, T, k] when teacher_top_k is set
-        fast = bool(rows) and self._uses_prefix_cache(self.model) and all(len(c) for c in contexts)
-        fast_student = fast and self._fast_student()
-        if fast:  # each distinct context runs once per micro-batch (prefix_scoring.py)
-            ctx_index: dict[tuple, int] = {}
-            ctx_of = [ctx_index.setdefault(tuple(c.tolist()), len(ctx_index)) for c in contexts]
-            first = {k: v for v, k in reversed(list(enumerate(ctx_of)))}  # context -> its first view
-            distinct_ctx = [contexts[first[k]] for k in range(len(ctx_index))]
-            # views sharing a context stay together (it runs once per micro-batch); contexts and ends
-            # of similar length share micro-batches, so little of each is padding
-            order = sorted(range(len(rows)), key=lambda v: (len(contexts[v]), ctx_of[v], spans[v][1]))
-            widths = [spans[v][1] for v in order]  # only the suffixes run (and give logits)
-            chunks = list(token_chunks(len(rows), self.micro_batch_size, self.micro_batch_tokens, widths))
-        else:
-            self._prepare_student(bool(rows))
-            order = sorted(range(len(rows)), key=lambda v: len(contexts[v]) + spans[v][1])  # [ctx; o_<end]
-            chunks = self._chunks(len(rows), [len(contexts[v]) + spans[v][1] for v in order])
-        writes: list[tuple[int, Tensor, TopK | None]] = []  # (view, values [S_v, ...], top-k), any order
-        for chunk in chunks:
-            if not len(chunk):
-                self._idle_forward()  # the teacher's forward ...
-                self._idle_student()  # ... and the student's, as ranks with views run them
-                continue
-            views = [order[c] for c in chunk.tolist()]
-            device = r.completion_ids.device
-            S = max(spans[v][1] - spans[v][0] for v in views)
-            t_idx = torch.zeros(len(views), S, dtype=torch.long, device=device)  # [m, S] completion positions
-            for j, v in enumerate(views):
-                start, end = spans[v]
-                t_idx[j, : end - start] = torch.arange(start, end, device=device)
-            view_rows = torch.tensor([rows[v] for v in views], device=device)
-            ends = torch.tensor([spans[v][1] for v in views], device=device)
-            if fast:
-                items = [
-                    (ctx_of[v], len(contexts[v]), r.completion_ids[rows[v], : spans[v][1]]) for v in views
-                ]
-                logits, tokens = suffix_logits(self.model, distinct_ctx, items, r.pad_id)  # [m, E, V]
-                cols = t_idx.clamp(max=max(logits.shape[1] - 1, 0))  # row t predicts completion token t
-            else:
-                seqs = [torch.cat([contexts[v], r.completion_ids[rows[v], : spans[v][1]]]) for v in views]
-                ids, mask = left_pad(seqs, r.pad_id)
-                L = ids.shape[1]
-                logits = causal_lm_forward(self.model, ids, mask).logits  # [m, L, V]
-                tokens = int(mask.sum())
-                cols = (L - ends[:, None] + t_idx - 1).clamp(
-                    min=0
-                )  # [m, S] column of token t: L - end + t - 1
-            self.forward_tokens += tokens
-            teacher = F.log_softmax(
-                logits.float().gather(1, cols[..., None].expand(-1, -1, logits.shape[-1])), dim=-1
-            )  # [m, S, V]
-            if fast_student:
-                student_all = self._student_prefix(view_rows, ends)  # [m, E, V]
-                t_at = t_idx.clamp(max=max(student_all.shape[1] - 1, 0))
-            else:
-                student_all, t_at = self._student(view_rows), t_idx  # [m, T, V]
-            student = student_all.gather(1, t_at[..., None].expand(-1, -1, student_all.shape[-1]))
-            values = fn(teacher, student)  # [m, S] or [m, S, K]
-            if out is None:
-                out = torch.zeros((r.num_rows, T, *values.shape[2:]), device=values.device)
-            sparse = TopK.of(teacher, teacher_top_k) if teacher_top_k is not None else None  # [m, S, k]
-            if sparse is not None and top is None:
-                k, dev = sparse.ids.shape[-1], sparse.ids.device
-                top = TopK(
-                    ids=torch.zeros(r.num_rows, T, k, dtype=torch.long, device=dev),
-                    logp=torch.zeros(r.num_rows, T, k, device=dev),
-                    tail=torch.zeros(r.num_rows, T, device=dev),
-                )
-            for j, v in enumerate(views):
-                n = spans[v][1] - spans[v][0]
-                part = None
-                if sparse is not None:
-                    part = TopK(sparse.ids[j, :n], sparse.logp[j, :n], sparse.tail[j, :n])
-                writes.append((v, values[j, :n], part))
-        for v, vals, part in sorted(writes, key=lambda w: w[0]):  # in view order: the last view wins
-            start, end = spans[v]
-            out[rows[v], start:end] = vals
-            if part is not None:
-                top.ids[rows[v], start:end], top.logp[rows[v], start:end] = part.ids, part.logp
-                top.tail[rows[v], start:end] = part.tail
-        if out is None:
-            out = torch.zeros((r.num_rows, T), device=r.completion_ids.device)
-        if teacher_top_k is None:
-            return out
-        if top is None:  # no view on this rank
-            empty = torch.zeros(r.num_rows, T, 0, device=out.device)
-            top = TopK(ids=empty.long(), logp=empty, tail=torch.zeros(r.num_rows, T, device=out.device))
-        return out, top
-
     @_scoring
     def sequence_logprobs(self, sequences: list[Tensor], n_targets: list[int]) -> list[Tensor]:
         """Log-probs of the last ``n_targets[i]`` tokens of each sequence, given what precedes them."""
@@ -552,48 +329,3 @@ class Scorer:
                 n = n_targets[i]
                 results.append(logp[j, logp.shape[1] - n :] if n else logp[j, :0])
         return results
-
-
-class TeacherScorer(Scorer):
-    """``compare`` under another, frozen model (an external teacher) against the policy's own distributions.
-
-    The teacher sees the same rollout and contexts; the ``student_logp`` handed to ``fn`` still comes
-    from ``policy`` (the rollout-time policy, in eval mode and without gradient), so methods such as
-    OPD run the same code as their self-teacher variants. Tokens the teacher runs are added to
-    ``policy.forward_tokens`` (the step's extra forward cost). Vocabularies must match.
-    """
-
-    def __init__(self, teacher, policy: Scorer) -> None:
-        r = policy
-        super().__init__(
-            teacher,
-            r.rollout,
-            r.tokenizer,
-            r.micro_batch_size,
-            r.cache_bytes,
-            micro_batch_tokens=r.micro_batch_tokens,
-            render=r.render,
-            task=r.task,
-        )
-        self.policy_scorer = policy
-
-    def _student(self, rows: Tensor) -> Tensor:
-        return _scoring(Scorer._student)(self.policy_scorer, rows)  # the policy in eval mode, no grad
-
-    def _prepare_student(self, has_views: bool) -> None:
-        _scoring(Scorer._prepare_student)(self.policy_scorer, has_views)
-
-    def _idle_student(self) -> None:
-        _scoring(Scorer._idle_student)(self.policy_scorer)
-
-    def _fast_student(self) -> bool:
-        return self.policy_scorer._fast_student()
-
-    def _student_prefix(self, rows: Tensor, ends: Tensor) -> Tensor:
-        return _scoring(Scorer._student_prefix)(self.policy_scorer, rows, ends)
-
-    def compare(self, *args, **kwargs) -> Tensor:
-        before = self.forward_tokens
-        out = super().compare(*args, **kwargs)
-        self.policy_scorer.forward_tokens += self.forward_tokens - before
-        return out
