@@ -194,7 +194,7 @@ def test_sweep_modules_import_without_a_cycle():
         for name in ("sweep.run", "sweep.report", "sweep.rows", "sweep.spec", "sweep.curves")
     }
     assert imports["sweep.spec"] == set() and imports["sweep.curves"] == set()
-    assert imports["sweep.report"] == {"sweep.rows", "sweep.spec", "stats", "sweep.curves"}
+    assert imports["sweep.report"] == {"sweep.rows", "sweep.choice", "sweep.spec", "stats", "sweep.curves"}
     assert imports["sweep.rows"] == {"sweep.spec", "stats"}  # statistics: one place
     assert "sweep.run" not in imports["sweep.report"] | imports["sweep.rows"] | imports["sweep.spec"]
     from lightning_rlvr.experiments.sweep import report as sweep_report

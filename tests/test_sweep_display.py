@@ -6,6 +6,7 @@ import pytest
 
 from lightning_rlvr.experiments.sweep import curves as sc
 from lightning_rlvr.experiments.sweep import report as rep
+from lightning_rlvr.experiments.sweep import rows as run_rows
 
 
 def _rows(values: list[str]) -> list[dict]:
@@ -17,8 +18,8 @@ def _rows(values: list[str]) -> list[dict]:
 
 
 def test_a_config_list_with_one_stem_is_named_once_in_tables_and_curves():
-    assert rep.display_value("hp_rlvr+hp_rlvr") == "hp_rlvr"
-    assert rep.display_value("grpo+tiny_env") == "grpo+tiny_env"  # different parts stay
+    assert run_rows.display_value("hp_rlvr+hp_rlvr") == "hp_rlvr"
+    assert run_rows.display_value("grpo+tiny_env") == "grpo+tiny_env"  # different parts stay
     rows = _rows(["grpo", "hp_rlvr+hp_rlvr"])
     table = rep.markdown_table(["method"], rows)
     assert "| hp_rlvr | 3 |" in table and "hp_rlvr+hp_rlvr" not in table
@@ -27,14 +28,14 @@ def test_a_config_list_with_one_stem_is_named_once_in_tables_and_curves():
     )
     comparison = rep.comparison_table(["method"], rows, settings)
     assert "| hp_rlvr | test/pass@1 |" in comparison and "hp_rlvr+hp_rlvr" not in comparison
-    names = rep.display_names(["method", "lr"], [{"method": "hp_rlvr+hp_rlvr", "lr": "1e-4"}])
-    assert rep.cell_label(["method", "lr"], {"method": "hp_rlvr+hp_rlvr", "lr": "1e-4"}, names) == (
+    names = run_rows.display_names(["method", "lr"], [{"method": "hp_rlvr+hp_rlvr", "lr": "1e-4"}])
+    assert run_rows.cell_label(["method", "lr"], {"method": "hp_rlvr+hp_rlvr", "lr": "1e-4"}, names) == (
         "method=hp_rlvr, lr=1e-4"
     )
 
 
 def test_two_values_that_would_read_the_same_keep_their_full_names():
-    names = rep.display_names(["method"], _rows(["hp_rlvr", "hp_rlvr+hp_rlvr", "sc_grpo+sc_grpo"]))
+    names = run_rows.display_names(["method"], _rows(["hp_rlvr", "hp_rlvr+hp_rlvr", "sc_grpo+sc_grpo"]))
     assert names["method"] == {
         "hp_rlvr": "hp_rlvr",
         "hp_rlvr+hp_rlvr": "hp_rlvr+hp_rlvr",

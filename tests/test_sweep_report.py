@@ -12,6 +12,7 @@ import pytest
 from lightning_rlvr.experiments.credit_lab.evaluate import write_csv
 from lightning_rlvr.experiments.credit_lab.metrics import Summary
 from lightning_rlvr.experiments.stats import min_detectable_difference
+from lightning_rlvr.experiments.sweep import choice
 from lightning_rlvr.experiments.sweep import curves as sc
 from lightning_rlvr.experiments.sweep import report as rep
 from lightning_rlvr.experiments.sweep import rows as run_rows
@@ -294,13 +295,13 @@ h,hsd,0.0001,0,
 
 def test_the_tuning_choice_is_the_best_value_per_method_and_the_first_on_a_tie(tmp_path):
     axes, rows = _rows(TUNING, tmp_path)
-    choices = rep.choose_values(axes, rows, "model.lr", "val/pass@1_final")
+    choices = choice.choose_values(axes, rows, "model.lr", "val/pass@1_final")
     assert [(c["cell"]["method"], c["chosen"]) for c in choices] == [
         ("grpo", "0.0001"),
         ("shear", "0.0001"),  # tied with 0.0002: the first listed (the smaller lr) is kept
         ("hsd", "5e-05"),  # its 1e-4 run has no value
     ]
-    text = rep.choice_text(axes, rows, "model.lr", "val/pass@1_final")
+    text = choice.choice_text(axes, rows, "model.lr", "val/pass@1_final")
     assert "| grpo | 0.0001 | 0.300 | 0.400 | 0.350 |" in text and "| hsd | 5e-05 | 0.250 | - | - |" in text
     block = text.split("```yaml\n")[1].split("```")[0]
     import yaml

@@ -38,11 +38,14 @@ from pathlib import Path
 
 from ...core.files import write_text
 from ..stats import paired_comparison, t_interval, t_quantile, time_to_reach  # noqa: F401
+from .choice import choice_text
 from .curves import SMOOTH, plot_curves, write_curves_csv
 from .rows import (
     START,
     SUMMARY,
     TIME_TO_TARGET,
+    cell_label,
+    display_names,
     read_fit_metrics,
     read_results_csv,
     run_row,
@@ -250,96 +253,6 @@ def cell_curves(
         }
         for label, metrics in per_cell.items()
     }
-
-
-def display_value(value: str) -> str:
-    """An axis value as tables and curves name it: a list of config files joined by ``+`` with a repeated
-    stem names it once (``hp_rlvr+hp_rlvr``, from ``method/hp_rlvr.yaml`` + ``agent/hp_rlvr.yaml``, reads
-    ``hp_rlvr``). Run ids, ``results.csv`` and a sweep file's ``axis_overrides`` keep the full value."""
-    return "+".join(dict.fromkeys(str(value).split("+")))
-
-
-def display_names(axes: list[str], rows: list[dict]) -> dict[str, dict[str, str]]:
-    """{axis: {value: shown name}}: ``display_value`` unless two of an axis's values would read the same."""
-    out: dict[str, dict[str, str]] = {}
-    for a in axes:
-        values = list(dict.fromkeys(str(r[a]) for r in rows))
-        shown = [display_value(v) for v in values]
-        out[a] = {v: (s if shown.count(s) == 1 else v) for v, s in zip(values, shown)}
-    return out
-
-
-def cell_label(axes: list[str], row: dict, names: dict[str, dict[str, str]] | None = None) -> str:
-    """A cell's name in curves and messages; ``names`` (``display_names``) shortens its values."""
-    shown = {a: (names or {}).get(a, {}).get(str(row[a]), str(row[a])) for a in axes}
-    if len(axes) == 1:
-        return shown[axes[0]]
-    return ", ".join(f"{a}={shown[a]}" for a in axes)
-
-
-def choose_values(axes: list[str], rows: list[dict], axis: str, by: str) -> list[dict]:
-    """Per combination of the other axes: the ``axis`` value with the highest seed-mean ``by``.
-
-    Values are tried in first-seen order (the grid's order), and a later one must be strictly
-    better, so a tie keeps the earlier one. Returns [{"cell": {other axes}, "chosen": value,
-    "means": {value: mean}}] in first-seen order.
-    """
-    others = [a for a in axes if a != axis]
-    groups: dict[tuple, dict[str, list[float]]] = {}
-    for row in rows:
-        key = tuple(str(row[a]) for a in others)
-        values = groups.setdefault(key, {}).setdefault(str(row[axis]), [])
-        if row.get(by) not in ("", None):
-            values.append(float(row[by]))
-    out = []
-    for key, per_value in groups.items():
-        means = {v: sum(xs) / len(xs) for v, xs in per_value.items() if xs}
-        chosen = None
-        for v, m in means.items():
-            if chosen is None or m > means[chosen]:
-                chosen = v
-        out.append({"cell": dict(zip(others, key)), "chosen": chosen, "means": means})
-    return out
-
-
-def _number(label: str | None):
-    """A value label back as the number it names (``5e-05`` -> 5e-05), so YAML writes it as one."""
-    if label is None:
-        return None
-    try:
-        return int(label)
-    except ValueError:
-        try:
-            return float(label)
-        except ValueError:
-            return label
-
-
-def choice_text(axes: list[str], rows: list[dict], axis: str, by: str) -> str:
-    """The choice as a table and, with one other axis, the ``axis_overrides`` block of the main sweep."""
-    choices = choose_values(axes, rows, axis, by)
-    values = list(dict.fromkeys(v for c in choices for v in c["means"]))
-    others = [a for a in axes if a != axis]
-    header = [*others, f"chosen {axis}", *(f"{by} at {v}" for v in values)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    names = display_names(axes, rows)  # the table shows short names; the YAML block keeps the values
-    for c in choices:
-        means = [f"{c['means'][v]:.3f}" if v in c["means"] else "-" for v in values]
-        shown = [names[a][str(v)] for a, v in c["cell"].items()]
-        lines.append("| " + " | ".join([*shown, str(c["chosen"]), *means]) + " |")
-    text = [
-        f"## Chosen {axis}\n",
-        f"Per {', '.join(others)}: the {axis} with the highest seed-mean {by}; on a tie, the one listed "
-        "first in the grid.\n",
-        "\n".join(lines) + "\n",
-    ]
-    if len(others) == 1:
-        import yaml
-
-        block = {others[0]: {list(c["cell"].values())[0]: {axis: _number(c["chosen"])} for c in choices}}
-        dump = yaml.safe_dump({"axis_overrides": block}, sort_keys=False, default_flow_style=None)
-        text.append(f"To use it, paste into the main sweep file (chosen by {by}):\n\n```yaml\n{dump}```\n")
-    return "\n".join(text)
 
 
 _COMPARISON_NOTE = (

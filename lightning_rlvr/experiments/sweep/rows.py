@@ -4,7 +4,7 @@ Layer: ``experiments`` (reads files only, so a report can be rewritten while a s
 A row has ``run_id``, one column per grid axis, ``seed``, test pass@k from the final checkpoint, val
 pass@1 before RL and at the last validation, the train reward averaged over the last ``TAIL`` steps, the
 training seconds to the report's target accuracy, the fit time, and the credit lab's columns when the
-run has a ``credit_eval.csv``.
+run has a ``credit_eval.csv``. A cell (a combination of axis values) is named by ``cell_label``.
 """
 
 from __future__ import annotations
@@ -136,3 +136,28 @@ def read_results_csv(path: Path) -> tuple[list[str], list[dict]]:
 
 
 # ---------------------------------------------------------------------------- the table
+
+
+def display_value(value: str) -> str:
+    """An axis value as tables and curves name it: a list of config files joined by ``+`` with a repeated
+    stem names it once (``hp_rlvr+hp_rlvr``, from ``method/hp_rlvr.yaml`` + ``agent/hp_rlvr.yaml``, reads
+    ``hp_rlvr``). Run ids, ``results.csv`` and a sweep file's ``axis_overrides`` keep the full value."""
+    return "+".join(dict.fromkeys(str(value).split("+")))
+
+
+def display_names(axes: list[str], rows: list[dict]) -> dict[str, dict[str, str]]:
+    """{axis: {value: shown name}}: ``display_value`` unless two of an axis's values would read the same."""
+    out: dict[str, dict[str, str]] = {}
+    for a in axes:
+        values = list(dict.fromkeys(str(r[a]) for r in rows))
+        shown = [display_value(v) for v in values]
+        out[a] = {v: (s if shown.count(s) == 1 else v) for v, s in zip(values, shown)}
+    return out
+
+
+def cell_label(axes: list[str], row: dict, names: dict[str, dict[str, str]] | None = None) -> str:
+    """A cell's name in curves and messages; ``names`` (``display_names``) shortens its values."""
+    shown = {a: (names or {}).get(a, {}).get(str(row[a]), str(row[a])) for a in axes}
+    if len(axes) == 1:
+        return shown[axes[0]]
+    return ", ".join(f"{a}={shown[a]}" for a in axes)
