@@ -1,9 +1,7 @@
-"""Sampling G completions per prompt, and the ``Rollout`` batch every later stage reads.
+"""Single-turn sampling: G completions per prompt from one engine call, assembled into a ``Rollout``.
 
-Rows are laid out group by group: with B prompts and G samples each, row
-``i`` belongs to prompt ``group[i] = i // G``. Prompts are left-padded (so all
-completions start at the same column) and completions right-padded; the
-completion mask covers tokens up to and including the first EOS.
+Layer: ``collect`` (``collect.roll_out`` calls it and verifies the result). The batch layout (rows group
+by group, prompts left-padded, completions right-padded) is ``core.rollout``'s.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..core.problem import Problem
 from ..core.rollout import Rollout
-from ..core.tensors import completion_mask_from_ids
+from ..core.tensors import completion_mask_from_ids, left_pad
 from ..engines.base import RolloutEngine, Sampling
 
 
@@ -48,13 +46,7 @@ def encode_prompts(
     """
     texts = [render(p.prompt) if render else p.prompt for p in problems]
     seqs = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):  # left padding: generation appends on the right
-        if s:
-            ids[i, width - len(s) :] = torch.tensor(s)
-            mask[i, width - len(s) :] = 1
+    ids, mask = left_pad([torch.tensor(s, dtype=torch.long) for s in seqs], tokenizer.pad_token_id)
     return ids, mask
 
 
