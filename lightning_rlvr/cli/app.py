@@ -304,7 +304,7 @@ def main(args: list[str] | None = None) -> None:
         die_with_parent(os.getppid())
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] == ["export"]:
-        from .export import main as export_main
+        from ..export import main as export_main
 
         export_main(argv[1:])
         return
