@@ -125,7 +125,7 @@ def test_every_module_states_its_floor() -> None:
 
 
 def test_every_relative_import_names_a_module_that_exists() -> None:
-    """Lazy imports inside functions are found too (a moved module's ``from .x import`` fails only when run)."""
+    """Lazy imports inside functions too (after a move, ``from .x import`` fails only when it runs)."""
     missing = []
     for f in PKG.rglob("*.py"):
         parts = list(f.relative_to(ROOT).with_suffix("").parts)
