@@ -255,8 +255,8 @@ class WarmStart:
     ) -> float:
         """Sampled accuracy (one sample at temperature 1 per probe problem), rolled out as RL will.
 
-        ``Task.rollout`` samples it: one completion, verified here, or one episode of an
-        environment (scored by the game, ``max_new_tokens`` per action).
+        ``collect.roll_out`` samples and verifies it: one completion of at most ``budget`` tokens, or
+        one episode of an environment (scored by the game, ``budget`` tokens per action).
         """
         problems = [task.train_problem(EVAL_OFFSET + i) for i in range(self.eval_prompts)]
         sampling = Sampling(self.budget)

@@ -21,7 +21,7 @@ from ..engines.base import RolloutEngine, Sampling
 
 @dataclass
 class Sampler:
-    """Everything a task needs to sample from the policy: ``Task.rollout`` receives one.
+    """Everything collection needs to sample from the policy: ``collect.roll_out`` receives one.
 
     The module builds it from its engine, live model, tokenizer, sampling arguments and prompt
     format, and so do the warm start's checks, so every sampler of the project goes through one
