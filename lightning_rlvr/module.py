@@ -223,6 +223,8 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
                 self.model, self.tokenizer, self.policy_source, self.task, self.engine, self.render,
                 max_new_tokens=self.max_new_tokens,
             )  # fmt: skip
+        if stage == "fit":
+            self.credit.prepare(self.model, self.tokenizer, self.task, self.device)  # e.g. OPD's teacher
         if self.loss.uses_reference and not self.lora and not self._reference:
             ref = copy.deepcopy(self.model).eval().requires_grad_(False)
             self._reference.append(ref)

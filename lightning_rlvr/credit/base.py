@@ -80,6 +80,14 @@ class CreditAssigner(Callback):
         """Token advantages [N, T] for the rollout (no gradients flow through them)."""
         raise NotImplementedError
 
+    def prepare(self, model, tokenizer, task, device) -> None:
+        """Load what the method needs before its first step (default: nothing).
+
+        The module calls it once per fit, after its own warm start, with the policy, its tokenizer,
+        the task and the device, so a method never reaches into the module (OPD loads its frozen
+        teacher here). Idempotent: a second call keeps what the first loaded.
+        """
+
     # ------------------------------------------------------------------ every rank's state in the checkpoint
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         """Replace this rank's ``state_dict`` (Lightning keeps rank 0's) by every rank's (a collective)."""

@@ -9,8 +9,8 @@ GRPO term -- but the teacher is another model, given as any ``PolicySource``
 The teacher lives on the credit assigner, never on the ``RLVRModule``: it is
 not a submodule, so it is neither in the checkpoint's ``state_dict`` nor in the
 optimiser, and it is frozen (``eval()``, ``requires_grad_(False)``). It is
-loaded in the callback's ``setup`` hook (``fit`` only; Lightning runs it
-before the module's own ``setup``), optionally warm-started there by its own
+loaded in ``prepare``, which the module calls at the start of a fit (after the
+student's warm start), optionally warm-started there by its own
 ``WarmStart`` on the module's task -- cached on disk exactly like the
 student's warm start, under a key of the teacher's recipe -- and moved to the
 module's device. A rerun or a resumed fit reloads it from that cache.
@@ -132,9 +132,9 @@ class OPDCredit(OPSDCredit):
         model.eval().requires_grad_(False)
         self._teacher[:] = [model]
 
-    def setup(self, trainer, pl_module, stage: str) -> None:
-        if stage == "fit" and not self._teacher:
-            self.load_teacher(pl_module.model, pl_module.tokenizer, pl_module.task, pl_module.device)
+    def prepare(self, model, tokenizer, task, device) -> None:
+        if not self._teacher:
+            self.load_teacher(model, tokenizer, task, device)
 
     def teacher_scorer(self, scorer: Scorer) -> Scorer:
         if not self._teacher:

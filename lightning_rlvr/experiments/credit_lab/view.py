@@ -342,7 +342,7 @@ def load_module_and_methods(ckpt: str | Path, patterns: list[str]):
     methods: dict[str, CreditAssigner] = {}
     for path in method_files(patterns):
         credit = load_credit(path)
-        credit.setup(None, module, "fit")  # Lightning's hook: a method loads what it needs (OPD: its teacher)
+        credit.prepare(module.model, module.tokenizer, module.task, module.device)  # OPD: its teacher
         if type(credit) is type(module.credit):  # same method as the checkpoint: its state too (baselines)
             credit.load_state_dict(module.credit.state_dict())
         methods[path.stem] = credit
