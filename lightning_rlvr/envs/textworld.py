@@ -5,7 +5,7 @@ ingredients, prepare and eat the meal). Each game is a pure function of its seed
 (``rooms``, ``recipe``, ``take``, ``open``, ``cook``, ``cut``), so the pool is generated once, compiled
 with TextWorld's bundled Inform 7 compiler (no network), and cached under
 ``cache_root()/textworld/<key>``, where ``key`` hashes every knob that changes a game. Generation is
-slow (seconds per game; the README gives measured numbers), hence the cache: a run after the first
+slow (seconds per game; docs/environments.md gives measured numbers), hence the cache: a run after the first
 loads games in a fraction of a second each.
 
 Splits are disjoint by construction twice over: game ``i`` of a split has a seed hashed from
