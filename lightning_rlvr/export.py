@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from .core.errors import RLVRError, user_error
+from .core.errors import RLVRError, exit_with_one_line, user_error
 from .core.files import atomic_dir, usual_modes
 
 ADAPTER_DIR = "adapter"
@@ -112,11 +111,8 @@ def main(args: list[str] | None = None) -> None:
     try:
         path = export(parsed.ckpt_path, parsed.out, parsed.lora)
     except Exception as err:
-        user = user_error(err)
-        if user is None:
-            raise
-        sys.stderr.write(f"lightning-rlvr: error: {' '.join(str(user).split())}\n")
-        raise SystemExit(2) from None
+        exit_with_one_line("lightning-rlvr", user_error(err))
+        raise
     print(f"exported to {path}")
 
 

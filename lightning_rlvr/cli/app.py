@@ -50,7 +50,7 @@ from ..checkpoints import (  # noqa: F401 - read_checkpoint etc. re-exported for
     warn,
 )
 from ..core.console import StepProgressBar, quiet_lightning_tips
-from ..core.errors import RLVRError, user_error
+from ..core.errors import RLVRError, exit_with_one_line, user_error
 from ..core.files import write_text
 from ..core.process import FIT_REPORT_ENV, adopt_parent_from_env, die_with_parent
 from ..data import RLVRDataModule
@@ -338,11 +338,8 @@ def run(args: list[str] | None = None) -> RLVRCLI:
             auto_configure_optimizers=False,
         )
     except Exception as err:
-        message = user_error_message(err)
-        if message is None:
-            raise
-        sys.stderr.write(f"lightning-rlvr: error: {message}\n")
-        raise SystemExit(2) from None
+        exit_with_one_line("lightning-rlvr", user_error_message(err))
+        raise
     finally:
         release_claims()  # run in-process (tests, notebooks): the next run may claim the folder
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -35,3 +36,14 @@ def user_error(err: BaseException | None) -> RLVRError | None:
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return None
+
+
+def exit_with_one_line(program: str, problem: object | None) -> None:
+    """``program: error: <problem>`` on one line of stderr, exit status 2; nothing when ``problem`` is None.
+
+    Every entry point's ``except`` block calls it with its user-error message (then re-raises a bug).
+    """
+    if problem is None:
+        return
+    sys.stderr.write(f"{program}: error: {' '.join(str(problem).split())}\n")
+    raise SystemExit(2) from None

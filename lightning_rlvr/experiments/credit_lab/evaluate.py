@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ...core.errors import RLVRError, user_error
+from ...core.errors import RLVRError, exit_with_one_line, user_error
 from ...core.files import write_text
 from ...core.rng import seeded
 from .ceiling import agreement, ceiling, curve, share, split_oracle, write_curve
@@ -369,11 +369,8 @@ def evaluate(argv: list[str] | None = None) -> dict:
     try:
         return run(args)
     except Exception as err:
-        user = user_error(err)
-        if user is None:
-            raise
-        sys.stderr.write(f"lightning-rlvr-credit-eval: error: {user}\n")
-        raise SystemExit(2) from None
+        exit_with_one_line("lightning-rlvr-credit-eval", user_error(err))
+        raise
 
 
 if __name__ == "__main__":
