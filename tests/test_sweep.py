@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from lightning_rlvr.core.process import FIT_REPORT_ENV
 from lightning_rlvr.experiments.sweep import commands as swc
@@ -541,3 +542,72 @@ def test_a_credit_eval_added_after_a_run_is_archived_and_survives_a_fresh_clone(
         rows["one__seed=1"]["credit_eval/spearman"] == "0.25"
         and rows["one__seed=0"]["credit_eval/spearman"] == ""
     )
+
+
+def _fit_rows(run: Path) -> list[dict]:
+    rows = []
+    for path in sorted((run / "logs" / "fit").rglob("metrics.csv")):
+        with open(path) as f:
+            for r in csv.DictReader(f):  # timings differ from run to run; everything else must not
+                keep = {k: v for k, v in r.items() if not k.startswith("perf/") and "time" not in k}
+                rows.append({k: v for k, v in keep.items() if v not in ("", None)})
+    return rows
+
+
+def test_an_interrupted_fit_resumes_from_its_checkpoint_and_ends_as_the_uninterrupted_run(
+    tmp_path, monkeypatch
+):
+    """Killed after its step-2 checkpoint (and after logging a step past it), a run's rerun continues from
+    that checkpoint: same metrics rows, same final weights as a run never interrupted; the interrupted
+    part's rows before the checkpoint are kept, the one after it is not counted twice."""
+    from lightning_rlvr.cli import run as cli_run
+
+    monkeypatch.chdir(tmp_path)
+    sweep = write(
+        tmp_path / "s.yaml",
+        f"configs: [{REPO / 'configs' / 'quickstart.yaml'}, {TINY}]\n"
+        "overrides: {trainer.max_steps: 4, trainer.val_check_interval: 2,\n"
+        "  checkpoint.every_n_train_steps: 2, model.warm_start.init_args.max_steps: 300}\n"
+        "grid:\n  seed_everything: [0]\n",
+    )
+    calls: list[list[str]] = []
+
+    def in_process(kill_after: int | None):
+        def runner(argv: list[str], log_path: Path, env: dict[str, str]) -> int:
+            calls.append(argv)
+            monkeypatch.setenv(FIT_REPORT_ENV, env.get(FIT_REPORT_ENV, ""))
+            if (
+                argv[0] == "fit" and kill_after is not None and log_path.parent.name != "_warmup"
+            ):  # the first part stops after its checkpoint...
+                cli_run([*argv, "--trainer.max_steps", str(kill_after)])
+                metrics = log_path.parent / "logs" / "fit" / "metrics.csv"
+                with open(metrics, newline="") as f:
+                    header = next(csv.reader(f))
+                with open(metrics, "a", newline="") as f:  # ...having logged a step past it
+                    csv.DictWriter(f, header).writerow({"step": kill_after, "train/reward_mean": 9.0})
+                raise KeyboardInterrupt
+            cli_run(argv)
+            return 0
+
+        return runner
+
+    with pytest.raises(KeyboardInterrupt):
+        sw.main([str(sweep), "--out", "cut"], runner=in_process(kill_after=2))
+    assert sw.main([str(sweep), "--out", "cut"], runner=in_process(None)) == 0
+    resumed_fit = [a for a in calls if a[0] == "fit"][-1]
+    assert resumed_fit[-2] == "--ckpt_path" and Path(resumed_fit[-1]).parent.name == "checkpoints"
+    assert sw.main([str(sweep), "--out", "whole"], runner=in_process(None)) == 0
+
+    cut, whole = tmp_path / "cut" / "seed=0", tmp_path / "whole" / "seed=0"
+    assert (cut / "logs" / "fit" / "0_until_step_0000002" / "metrics.csv").is_file()
+    assert _fit_rows(cut) == _fit_rows(whole)  # every step and validation once, with the same values
+    assert [r["step"] for r in _fit_rows(whole) if "train/reward_mean" in r] == ["0", "1", "2", "3"]
+    final = [
+        torch.load(d / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"] for d in (cut, whole)
+    ]
+    assert final[0].keys() == final[1].keys()
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+    rewards = [float(r["train/reward_mean"]) for r in _fit_rows(whole) if "train/reward_mean" in r]
+    assert 0 < max(rewards) and min(rewards) < 1  # mixed groups: the updates moved the weights
+    assert json.loads((cut / "fit_before.json").read_text())["resumed_at"] == [2]
+    assert json.loads((cut / "DONE").read_text())["fit_s"] > 0

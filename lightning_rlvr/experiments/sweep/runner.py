@@ -29,11 +29,13 @@ from ...core.files import write_text
 from ...core.process import FIT_REPORT_ENV, child_env, locked
 from .archive import archive_run
 from .commands import fit_command, shell_line, test_command, warm_start_groups, warmup_command
+from .resume import fit_seconds_before, interrupted_fit, set_aside_logs
 from .spec import DONE, FIT_DONE, SPEC, TEST_METRICS, Run, Sweep, is_finished, lock_path, run_dir, run_spec
 
 log = logging.getLogger("lightning_rlvr.experiments.sweep.run")  # the sweep's one log, as run.py's
 
 CLI_MODULE = "lightning_rlvr.cli"  # what ``subprocess_runner`` runs (the fault tests put a stand-in here)
+STARTED = "fit.started"  # its mtime: when the fit (or its latest resumed part) began
 FIT_REPORT = "fit.json"  # {"ckpt_path": the fit's last checkpoint, "global_step": ...}
 LOCK_FD_ENV = "LIGHTNING_RLVR_RUN_LOCK_FD"  # the run lock's descriptor, passed on to the run's processes
 LOCK_WAIT_S = 10.0  # a rerun right after a kill waits this long for the killed run's processes to end
@@ -109,17 +111,28 @@ def _execute_run(sweep: Sweep, run: Run, env: dict[str, str], runner: CommandRun
     d = run_dir(sweep, run)
     t0 = time.time()
     status: dict[str, Any] = {"run_id": run.run_id, "ok": False}
-    stale = (d / SPEC).is_file() and json.loads((d / SPEC).read_text()) != run_spec(run)
-    if stale or not (d / FIT_DONE).is_file():
-        if d.exists():  # an interrupted fit restarts from nothing (same seed, same result), and a run
-            shutil.rmtree(d)  # done with other overrides than the sweep file's now is run again
-        d.mkdir(parents=True)
-        write_text(d / SPEC, json.dumps(run_spec(run), indent=1))
-        code = runner(fit_command(sweep, run), d / "fit.log", {**env, FIT_REPORT_ENV: str(d / FIT_REPORT)})
+    same = (d / SPEC).is_file() and json.loads((d / SPEC).read_text()) == run_spec(run)
+    if not (same and (d / FIT_DONE).is_file()):
+        command = fit_command(sweep, run)
+        found = interrupted_fit(d) if same else None
+        if found is not None:  # an interrupted fit continues from its newest checkpoint (resume.py)
+            ckpt, step = found
+            began = (d / STARTED).stat().st_mtime if (d / STARTED).is_file() else (d / SPEC).stat().st_mtime
+            set_aside_logs(d, ckpt, step, started=began)
+            command += ["--ckpt_path", str(ckpt)]
+            _log_fit_resumed(run, step, d / "fit.log")
+        else:  # one that never checkpointed restarts from nothing (same seed, same result), and a run
+            if d.exists():  # done with other overrides than the sweep file's now is run again
+                shutil.rmtree(d)
+            d.mkdir(parents=True)
+            write_text(d / SPEC, json.dumps(run_spec(run), indent=1))
+        write_text(d / STARTED, "")  # its modification time is when this part of the fit began
+        code = runner(command, d / "fit.log", {**env, FIT_REPORT_ENV: str(d / FIT_REPORT)})
         ckpt = _reported_checkpoint(d)
         if code != 0 or ckpt is None:
             return {**status, "stage": "fit", "code": code, "log": str(d / "fit.log")}
-        write_text(d / FIT_DONE, json.dumps({"fit_s": round(time.time() - t0, 1), "ckpt_path": ckpt}))
+        fit_s = fit_seconds_before(d) + time.time() - t0
+        write_text(d / FIT_DONE, json.dumps({"fit_s": round(fit_s, 1), "ckpt_path": ckpt}))
     t1 = time.time()
     if (d / "logs" / "test").exists():
         shutil.rmtree(d / "logs" / "test")
@@ -247,6 +260,12 @@ def run_submitit(
         results.append(status)
         _log_status(status)
     return results
+
+
+def _log_fit_resumed(run: Run, step: int, fit_log: Path) -> None:
+    log.info("%s: its fit was interrupted; resuming from its checkpoint at step %d", run.run_id, step)
+    if fit_log.is_file():  # the interrupted part's log stays readable beside the resumed one
+        fit_log.rename(fit_log.with_name(f"fit.until_step_{step}.log"))
 
 
 def _log_status(status: dict) -> None:
