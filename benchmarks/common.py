@@ -95,6 +95,44 @@ def add_common_args(parser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results)")
 
 
+def add_policy_config_arg(parser) -> None:
+    """``--policy-config FILE``: the run config a benchmark builds its policy and task from."""
+    parser.add_argument(
+        "--policy-config",
+        default=None,
+        metavar="FILE",
+        help="run config to take the policy, LoRA, task and prompt format from instead of "
+        f"{QUICKSTART} (e.g. configs/quickstart_real.yaml: SmolLM2-135M-Instruct + LoRA); its batch, "
+        "group size and token budget are used unless given here",
+    )
+
+
+def batch_overrides(args) -> list[str]:
+    """The dotted overrides for the batch flags the user gave (None: the config's own value)."""
+    flags = {"batch_size": "--data.batch_size", "group_size": "--model.group_size",
+             "max_new_tokens": "--model.max_new_tokens"}  # fmt: skip
+    given = {flag: getattr(args, k) for k, flag in flags.items() if getattr(args, k) is not None}
+    return [x for flag, value in given.items() for x in (flag, str(value))]
+
+
+def adopt_batch(args, cli) -> None:
+    """Fill the batch flags left unset from the built run (what the config says)."""
+    module = cli.model
+    args.batch_size = args.batch_size or cli.datamodule.batch_size
+    args.group_size = args.group_size or module.group_size
+    args.max_new_tokens = args.max_new_tokens or module.max_new_tokens
+
+
+def ready_policy(module):
+    """The module's policy as a fit trains it: LoRA applied, the warm start (if any) from the cache."""
+    module.configure_model()
+    if module.warm_start is not None and module.warm_start_summary is None:
+        module.warm_start_summary = module.warm_start.run(
+            module.model, module.tokenizer, module.policy_source, module.task
+        )
+    return module
+
+
 def set_threads(n: int) -> None:
     import torch
 
@@ -153,8 +191,10 @@ def build_cli(
     extra_configs: list[str] | None = None,
     overrides: list[str] | None = None,
     workdir: str = "/tmp/lrlvr_bench",
+    base: str | None = None,
 ):
-    """``RLVRCLI(run=False)`` on quickstart + the method's YAML (+ ``extra_configs``), set up for timing.
+    """``RLVRCLI(run=False)`` on ``base`` (default the quickstart) + the method's YAML (+ ``extra_configs``),
+    set up for timing.
 
     No logger, no validation, no checkpoints, no progress bar; the warm start is
     loaded from the on-disk cache at the first ``fit``. ``overrides`` (dotted flags)
@@ -166,7 +206,7 @@ def build_cli(
 
     warnings.filterwarnings("ignore")
     args = [
-        "--config", QUICKSTART,
+        "--config", base or QUICKSTART,
         "--config", f"configs/method/{method}.yaml",
         *(x for c in extra_configs or [] for x in ("--config", c)),
         "--model.validate_at_start", "false",

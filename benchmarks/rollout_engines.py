@@ -40,15 +40,28 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def rows_equal(a: torch.Tensor, b: torch.Tensor, pad_id: int) -> float:
+    """Share of rows of two [N, T] completion batches that are equal token for token (padding aside)."""
+    width = max(a.shape[1], b.shape[1])
+    a, b = (torch.nn.functional.pad(x, (0, width - x.shape[1]), value=pad_id) for x in (a, b))
+    return float((a == b).all(-1).float().mean())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=8, help="interleaved rounds (default 8)")
     parser.add_argument("--warmup", type=int, default=1, help="leading rounds left out (default 1)")
-    parser.add_argument("--batch_size", type=int, default=16, help="prompts B (default 16)")
-    parser.add_argument("--group_size", type=int, default=8, help="completions per prompt G (default 8)")
-    parser.add_argument("--max_new_tokens", type=int, default=48, help="completion budget (default 48)")
+    parser.add_argument(
+        "--batch_size", type=int, default=None, help="prompts B (default 16, or the config's)"
+    )
+    parser.add_argument(
+        "--group_size", type=int, default=None, help="completions per prompt G (default 8, or the config's)"
+    )
+    parser.add_argument(
+        "--max_new_tokens", type=int, default=None, help="completion budget (default 48, or the config's)"
+    )
     parser.add_argument(
         "--engines",
         nargs="+",
@@ -60,23 +73,31 @@ def main() -> None:
     parser.add_argument(
         "--name", default="rollout_engines", help="results file stem (default rollout_engines)"
     )
+    common.add_policy_config_arg(parser)
     common.add_common_args(parser)
     args = parser.parse_args()
+    if args.policy_config is None:  # the tiny quickstart's figures keep their historical batch
+        args.batch_size, args.group_size = args.batch_size or 16, args.group_size or 8
+        args.max_new_tokens = args.max_new_tokens or 48
     common.set_threads(args.threads)
     started, load_start = time.time(), common.load_average()
 
     from lightning_rlvr.collect.single_turn import encode_prompts
     from lightning_rlvr.engines.hf import HFGenerateEngine
 
-    module = common.build_cli("grpo", overrides=["--model.max_new_tokens", str(args.max_new_tokens)]).model
-    module.warm_start.run(module.model, module.tokenizer, module.policy_source, module.task)
+    cli = common.build_cli("grpo", overrides=common.batch_overrides(args), base=args.policy_config)
+    common.adopt_batch(args, cli)
+    module = common.ready_policy(cli.model)
     module.model.to(args.device)
     model, tok = module.model, module.tokenizer
+    what = "the quickstart's warm-started policy"
+    what = f"`{args.policy_config}`'s policy" if args.policy_config else what
     params = sum(p.numel() for p in model.parameters())
     count = flops.FlopModel.of(model)
     problems = [module.task.train_problem(i) for i in range(args.batch_size)]
     ids, mask = (
-        t.repeat_interleave(args.group_size, 0).to(args.device) for t in encode_prompts(tok, problems)
+        t.repeat_interleave(args.group_size, 0).to(args.device)
+        for t in encode_prompts(tok, problems, module.render)
     )
     engines = {"hf": HFGenerateEngine()}
     if "fast" in args.engines:
@@ -129,7 +150,7 @@ def main() -> None:
     }
     runners = {"bare": bare, **{k: engine_runner(k) for k in engines}}
     results: dict[str, list[tuple[float, int, float]]] = {k: [] for k in runners}
-    same: dict[str, list[bool]] = {k: [] for k in engines}
+    same: dict[str, list[float]] = {k: [] for k in engines}  # per round: share of rows equal to bare's
     order = list(runners)
     for r in range(args.rounds):
         shift = r % len(order)
@@ -137,7 +158,7 @@ def main() -> None:
             results[name].append(runners[name]())
         for name in same:
             a, b = last[name], last["bare"]
-            same[name].append(a.shape == b.shape and bool((a == b).all()))
+            same[name].append(rows_equal(a, b, tok.pad_token_id))
         seed[0] += 1
         print(f"round {r + 1}/{args.rounds} (load {common.load_average()})", flush=True)
     peak, peak_shape = flops.matmul_peak(count.shapes, args.batch_size * args.group_size, args.device)
@@ -159,19 +180,21 @@ def main() -> None:
                 common.fmt(common.median(ratios[name]), 2),
                 common.fmt(rate / 1e9, 2),
                 f"{rate / peak:.2f}",
-                "-" if name == "bare" else f"{sum(same[name])}/{len(same[name])}",
+                "-" if name == "bare" else f"{common.fmt(sum(same[name]) / len(same[name]), 2)}",
             ]
         )
     fast = common.median(ratios.get("fast", [float("nan")]))
+    target = 2.0 if args.policy_config else 1.5  # the real model's bar (issue 28); the tiny one's (16)
     threads = f"{torch.get_num_threads()} thread(s)" if args.device == "cpu" else args.device
     body = "\n".join(
         [
             f"Batch: {args.batch_size} prompts x {args.group_size} completions, "
             f"at most {args.max_new_tokens} new tokens, temperature 1. "
-            f"Model: the quickstart's warm-started policy, {params:,} parameters. "
+            f"Model: {what}, {params:,} parameters. "
             f"{args.rounds} interleaved rounds, first {args.warmup} dropped; medians. Tokens = completion "
             "tokens up to and including EOS. `x bare` is the median of per-round ratios of tokens/s. "
-            "`same tokens` counts rounds whose completions equal the bare `generate`'s token for token.",
+            "`same rows` is the share of completions equal to the bare `generate`'s token for token "
+            "(all rounds; a float-rounding near-tie flips a row from there on).",
             "",
             common.md_table(
                 [
@@ -181,7 +204,7 @@ def main() -> None:
                     "x bare",
                     "model GFLOP/s",
                     "of matmul peak",
-                    "same tokens",
+                    "same rows",
                 ],
                 rows,
             ),
@@ -199,7 +222,8 @@ def main() -> None:
             "",
             ""
             if "fast" not in engines
-            else f"Target: `FastEngine` >= 1.5x bare `generate`: {'met' if fast >= 1.5 else 'missed'} "
+            else f"Target: `FastEngine` >= {target}x bare `generate`: "
+            f"{'met' if fast >= target else 'missed'} "
             f"({common.fmt(fast, 2)}x).",
         ]
     )

@@ -11,8 +11,9 @@ from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
 from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.core.tensors import completion_mask_from_ids, left_pad
 from lightning_rlvr.engines.base import Sampling
-from lightning_rlvr.engines.fast import FastEngine, process_logits
+from lightning_rlvr.engines.fast import FastEngine
 from lightning_rlvr.engines.hf import HFGenerateEngine
+from lightning_rlvr.engines.sampling import exponential, process_logits
 from lightning_rlvr.models import apply_lora, build_tiny_tokenizer
 from lightning_rlvr.prompts import PromptFormat
 from lightning_rlvr.scoring.scorer import Scorer
@@ -433,3 +434,13 @@ def test_fast_engine_under_fsdp2_gathers_the_shards_and_trains(tmp_path):
     _run(_torchrun(2) + fit, tmp_path)
     state = torch.load(ckpts / "last.ckpt", weights_only=True)
     assert state["global_step"] == 2 and state["rlvr"]["rl_step"] == 2
+
+
+@pytest.mark.parametrize("shape", [(1,), (7, 13), (64, 4099)])
+def test_fast_exponential_draws_the_same_numbers_as_exponential_and_leaves_the_rng_where_it_would(shape):
+    torch.manual_seed(3)
+    want, after = torch.empty(shape).exponential_(1), torch.rand(4)
+    torch.manual_seed(3)
+    got, got_after = exponential(shape, torch.device("cpu")), torch.rand(4)
+    assert torch.equal(want, got) and got.dtype == torch.float32
+    assert torch.equal(after, got_after)  # the stream continues where exponential_ would leave it

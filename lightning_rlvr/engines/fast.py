@@ -60,6 +60,7 @@ from torch import Tensor
 from ..core.errors import RLVRError
 from . import kv_reuse
 from .base import Generation, RolloutEngine, Sampling
+from .sampling import exponential, process_logits
 
 
 def _full(t: Tensor | None) -> Tensor | None:
@@ -187,20 +188,6 @@ def rotary_table(w: _Weights, length: int, device: torch.device) -> Tensor:
     return torch.complex(cos[0, :, :half].float(), sin[0, :, :half].float())
 
 
-def process_logits(logits: Tensor, sampling: Sampling) -> Tensor:
-    """Temperature, top-k, top-p, in ``generate``'s order and with its tie rules: [n, V]."""
-    z = logits / sampling.temperature if sampling.temperature != 1.0 else logits
-    if sampling.top_k > 0:
-        k = min(sampling.top_k, z.shape[-1])
-        z = z.masked_fill(z < torch.topk(z, k).values[..., -1:], float("-inf"))
-    if sampling.top_p < 1.0:
-        ordered, order = torch.sort(z, descending=False)
-        drop = ordered.softmax(-1).cumsum(-1) <= 1 - sampling.top_p
-        drop[..., -1:] = False  # always keep the most likely token
-        z = z.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
-    return z
-
-
 class FastEngine(RolloutEngine):
     """A fused, compacting decode loop for Llama-style models (see the module docstring).
 
@@ -310,10 +297,10 @@ class FastEngine(RolloutEngine):
         if sampling.do_sample:
             probs = process_logits(logits, sampling).softmax(-1)  # [n, V]
             if self.match_hf_rng:  # multinomial(probs, 1) == argmax(probs / Exp(1)), drawn for all N rows
-                noise = torch.empty(N, probs.shape[-1], device=probs.device).exponential_(1)
+                noise = exponential((N, probs.shape[-1]), probs.device)
                 noise = noise if len(rows) == N else noise[rows]
             else:
-                noise = torch.empty_like(probs).exponential_(1)
+                noise = exponential(probs.shape, probs.device)
             token = (probs / noise).argmax(-1)
         else:
             token = logits.argmax(-1)
