@@ -14,8 +14,11 @@ lookup and is left out), ``L`` layers and ``A`` = query heads x head dim:
   Prompt prefill beyond that is not counted.
 * **update**, per trained token (the row's real prompt and completion tokens,
   ``S`` of them, pads excluded) at causal position ``i = 1..S``:
-  ``6 W + 12 L A i`` (forward ``2 W + 4 L A i``, backward twice the forward),
-  once per optimiser pass over the batch (``ppo_epochs``).
+  ``4 W + 2 W_t + 12 L A i`` (forward ``2 W + 4 L A i``; backward ``2 W`` for the
+  input gradients, ``2 W_t`` for the weight gradients of the ``W_t`` trained weights,
+  ``8 L A i`` for attention), once per optimiser pass over the batch
+  (``ppo_epochs``). Fully trained, ``W_t = W``: the usual ``6 W``; with LoRA the
+  frozen base needs no weight gradients and ``W_t`` is the adapters' few weights.
 
 Norms, activations, softmax, rotary and the optimiser are left out (well under
 1% here). The peak is the best ``torch.matmul`` rate on the model's own Linear
@@ -36,6 +39,7 @@ class FlopModel:
     """What the FLOP count needs to know about a causal LM (see the module docstring)."""
 
     matmul_params: int  # W: weights of every Linear, LM head included
+    trained_params: int  # W_t: those of them that train (all of W, or a LoRA's adapters)
     layers: int  # L
     attn_width: int  # A: query heads x head dim
     shapes: tuple[tuple[int, int], ...]  # distinct (in_features, out_features) of the Linears
@@ -49,6 +53,7 @@ class FlopModel:
         linears = [m for m in base.modules() if isinstance(m, torch.nn.Linear)]
         return cls(
             matmul_params=sum(m.weight.numel() for m in linears),
+            trained_params=sum(m.weight.numel() for m in linears if m.weight.requires_grad),
             layers=cfg.num_hidden_layers,
             attn_width=cfg.num_attention_heads * head_dim,
             shapes=tuple(sorted({(m.in_features, m.out_features) for m in linears})),
@@ -64,7 +69,8 @@ class FlopModel:
         """FLOPs of one forward + backward over rows of ``seq_lens[i]`` real tokens: [N]."""
         s = seq_lens.double()
         keys = s * (s + 1) / 2  # sum over i = 1..S of i
-        return float((6 * self.matmul_params * s + 12 * self.layers * self.attn_width * keys).sum())
+        weights = 4 * self.matmul_params + 2 * self.trained_params
+        return float((weights * s + 12 * self.layers * self.attn_width * keys).sum())
 
 
 def completion_lengths(completion_ids: Tensor, eos_id: int) -> Tensor:
@@ -75,11 +81,12 @@ def completion_lengths(completion_ids: Tensor, eos_id: int) -> Tensor:
 
 
 class FlopMeter:
-    """Counts one ``RLVRModule``'s generation and update FLOPs by wrapping its ``rollout`` and ``update``.
+    """Counts one ``RLVRModule``'s generation and update FLOPs by wrapping its ``collect`` and ``update``.
 
     The wrappers are instance attributes set by the benchmark; the module's code
-    is untouched, and everything that samples through ``module.rollout`` (DAPO's
-    extra rounds included) or trains through ``module.update`` is counted.
+    is untouched. Generation counts the rollout each ``collect`` returns (the rows
+    a step trains on: rows DAPO's dynamic sampling draws and drops are not
+    counted), update everything that trains through ``module.update``.
     ``take()`` returns the totals since the last call and resets them.
     """
 
@@ -87,13 +94,14 @@ class FlopMeter:
         self.flops = flops or FlopModel.of(module.model)
         self.gen = self.upd = 0.0
         self.gen_tokens = self.upd_tokens = 0
-        rollout, update = module.rollout, module.update
+        collect, update = module.collect, module.update
 
-        def counted_rollout(*args, **kwargs):
-            out = rollout(*args, **kwargs)
+        def counted_collect(*args, **kwargs):
+            collected, stats = collect(*args, **kwargs)
+            out = collected.rollout
             self.gen += self.flops.generation(out.prompt_mask.sum(-1), out.lengths)
             self.gen_tokens += int(out.lengths.sum())
-            return out
+            return collected, stats
 
         def counted_update(out, *args, **kwargs):
             seq = out.prompt_mask.sum(-1) + out.completion_mask.sum(-1)  # [N]
@@ -101,7 +109,7 @@ class FlopMeter:
             self.upd_tokens += int(seq.sum()) * module.ppo_epochs
             return update(out, *args, **kwargs)
 
-        module.rollout, module.update = counted_rollout, counted_update
+        module.collect, module.update = counted_collect, counted_update
 
     def take(self) -> dict[str, float]:
         out = {

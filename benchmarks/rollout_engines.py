@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import common
 import flops
@@ -71,7 +72,9 @@ def main() -> None:
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument(
-        "--name", default="rollout_engines", help="results file stem (default rollout_engines)"
+        "--name",
+        default=None,
+        help="results file stem (default rollout_engines, or rollout_engines_<config stem>)",
     )
     common.add_policy_config_arg(parser)
     common.add_common_args(parser)
@@ -227,8 +230,9 @@ def main() -> None:
             f"({common.fmt(fast, 2)}x).",
         ]
     )
+    stem = f"rollout_engines_{Path(args.policy_config).stem}" if args.policy_config else "rollout_engines"
     common.write_result(
-        args.name, "Rollout engines against a bare generate", body, started, load_start, args.out
+        args.name or stem, "Rollout engines against a bare generate", body, started, load_start, args.out
     )
 
 

@@ -136,8 +136,9 @@ def main() -> None:
             common.md_table(headers, rows),
             "",
             "Model GFLOP/s (in brackets: share of the matmul peak): generation counts 2 W + 4 L A c per "
-            "generated token that sees c keys, over `rollout s` (every rollout of the step, DAPO's extra "
-            "rounds included); update counts 6 W + 12 L A i per trained token at causal position i (real "
+            "generated token that sees c keys, over `rollout s` (the rows the step trains on; rows DAPO's "
+            "dynamic sampling drops are not counted); update counts 4 W + 2 W_t + 12 L A i per trained "
+            "token at causal position i (W_t = the weights that train; 6 W when all do) (real "
             "prompt + completion tokens, x `ppo_epochs`), over `update s` (plus `score s` when the "
             "update's forwards ran before the credit to serve its policy pass, `perf/fused_policy_pass`); "
             "W = weights of every Linear (LM head included), L layers, A = heads x head dim "

@@ -2,9 +2,9 @@
 
 Both sides get the same warm-started tiny model (two copies of the same
 weights), the same tokenizer, the quickstart task (3-digit addition; TRL's
-reward function wraps our ``AdditionTask`` verifier), B prompts x G
+reward function wraps our task's verifier), B prompts x G
 completions, at most 48 new tokens, temperature 1.0, top-k and top-p off, no KL
-(beta 0, no reference model), one AdamW step per batch (lr 5e-5 constant,
+(beta 0, no reference model), one AdamW step per batch (our lr, constant,
 weight decay 0, grad-norm clip 1.0), clip 0.2, std-normalised group advantages
 and the per-sequence mean loss (ours ``loss.init_args.loss_agg: seq_mean`` = TRL's
 ``loss_type="grpo"``); with one epoch neither side runs an old-log-prob pass,
@@ -33,6 +33,12 @@ the top entries to ``benchmarks/results/vs_trl_profile.md``.
     python benchmarks/vs_trl.py                                                  # ~3 min
     python benchmarks/vs_trl.py --engines fast                                   # ours with FastEngine only
     python benchmarks/vs_trl.py --rounds 2 --steps 1 --batch_size 2 --group_size 4 --out /tmp/bench_smoke
+
+``--policy-config FILE`` takes the policy, LoRA, task, prompt format, lr, batch and token budget from a
+run config instead (``configs/quickstart_real.yaml``: SmolLM2-135M-Instruct + LoRA, 8 x 8, 24 tokens);
+TRL then trains a copy of the same LoRA-wrapped model on the same rendered (chat-template) prompts.
+
+    python benchmarks/vs_trl.py --policy-config configs/quickstart_real.yaml --rounds 3 --steps 1
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ import logging
 import pstats
 import re
 import time
+from pathlib import Path
 
 import common
 import flops
@@ -81,13 +88,17 @@ class GenerateTimer:
         model.generate = timed
 
 
-def build_trl(model, tokenizer, task, problems: list[Problem], args, out_dir: str):
-    """A ``GRPOTrainer`` doing the same work as our quickstart GRPO step."""
+def build_trl(model, module, problems: list[Problem], args, out_dir: str):
+    """A ``GRPOTrainer`` doing the same work as our GRPO step: ``model`` (a copy of ours, LoRA-wrapped
+    when ours is), the prompts as our module renders them (its chat template, if any), our lr."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    by_prompt = {p.prompt: p for p in problems}
+    tokenizer, task = module.tokenizer, module.task
+    render = module.render or (lambda text: text)
+    prompts = [render(p.prompt) for p in problems]
+    by_prompt = dict(zip(prompts, problems))
 
     def addition_reward(prompts, completions, **kwargs) -> list[float]:
         return [safe_check(task, c, by_prompt[p])[0].reward for p, c in zip(prompts, completions)]
@@ -104,7 +115,7 @@ def build_trl(model, tokenizer, task, problems: list[Problem], args, out_dir: st
         temperature=1.0,
         top_k=0,
         top_p=1.0,
-        learning_rate=5e-5,
+        learning_rate=module.lr,
         lr_scheduler_type="constant",
         weight_decay=0.0,
         max_grad_norm=1.0,
@@ -122,7 +133,7 @@ def build_trl(model, tokenizer, task, problems: list[Problem], args, out_dir: st
         seed=0,
         max_steps=args.steps,
     )
-    dataset = Dataset.from_dict({"prompt": [p.prompt for p in problems]})
+    dataset = Dataset.from_dict({"prompt": prompts})
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=addition_reward,
@@ -196,21 +207,17 @@ def build_ours(engine: str, args, weights: dict | None):
     cli = common.build_cli(
         "grpo",
         extra_configs=[f"configs/engine/{engine}.yaml"],
-        overrides=[
-            "--data.batch_size", str(args.batch_size),
-            "--model.group_size", str(args.group_size),
-            "--model.max_new_tokens", str(args.max_new_tokens),
-        ],
+        overrides=common.batch_overrides(args),
         workdir=f"/tmp/lrlvr_bench/{engine}",
-    )  # fmt: skip
+        base=args.policy_config,
+    )
     module = cli.model
     if type(module.engine).__name__ != ENGINES[engine]:
         raise SystemExit(f"configs/engine/{engine}.yaml built {type(module.engine).__name__}")
     if weights is None:  # the first module warm-starts (from the cache); the others copy its weights
-        module.warm_start_summary = module.warm_start.run(
-            module.model, module.tokenizer, module.policy_source, module.task
-        )
+        common.ready_policy(module)
     else:
+        module.configure_model()  # LoRA, if the config asks for it, before the weights are copied in
         module.model.load_state_dict(weights)
         module.warm_start_summary = {"copied": True}  # setup() must not warm-start again
     return cli
@@ -230,9 +237,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--steps", type=int, default=3, help="steps of each side per round (default 3)")
     parser.add_argument("--warmup", type=int, default=1, help="leading rounds left out (default 1)")
-    parser.add_argument("--batch_size", type=int, default=16, help="prompts per step B (default 16)")
-    parser.add_argument("--group_size", type=int, default=8, help="completions per prompt G (default 8)")
-    parser.add_argument("--max_new_tokens", type=int, default=48, help="completion budget (default 48)")
+    parser.add_argument(
+        "--batch_size", type=int, default=None, help="prompts per step B (default 16, or the config's)"
+    )
+    parser.add_argument(
+        "--group_size", type=int, default=None, help="completions per prompt G (default 8, or the config's)"
+    )
+    parser.add_argument(
+        "--max_new_tokens", type=int, default=None, help="completion budget (default 48, or the config's)"
+    )
     parser.add_argument(
         "--engines",
         nargs="+",
@@ -244,8 +257,12 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=int, default=0, help="steps of each side to profile after (default 0)"
     )
+    common.add_policy_config_arg(parser)
     common.add_common_args(parser)
     args = parser.parse_args()
+    if args.policy_config is None:  # the tiny quickstart's figures keep their historical batch
+        args.batch_size, args.group_size = args.batch_size or 16, args.group_size or 8
+        args.max_new_tokens = args.max_new_tokens or 48
     common.set_threads(args.threads)
     if args.rounds <= args.warmup:
         parser.error("--rounds must exceed --warmup")
@@ -255,6 +272,7 @@ def main() -> None:
     ours, recorders, weights = {}, {}, None
     for engine in dict.fromkeys(args.engines):
         ours[engine] = build_ours(engine, args, weights)
+        common.adopt_batch(args, ours[engine])
         weights = weights or ours[engine].model.model.state_dict()
         recorders[engine] = common.StepRecorder(flops.FlopMeter(ours[engine].model))
     module = next(iter(ours.values())).model
@@ -262,7 +280,7 @@ def main() -> None:
     n_prompts = args.batch_size * args.steps * args.rounds + args.batch_size * args.profile
     problems = [module.task.train_problem(i) for i in range(n_prompts)]
     out_dir = "/tmp/lrlvr_bench/trl"
-    trl, trl_timer = build_trl(trl_model, module.tokenizer, module.task, problems, args, out_dir)
+    trl, trl_timer = build_trl(trl_model, module, problems, args, out_dir)
 
     def run_trl(steps: int = args.steps) -> list[dict[str, float]]:
         start = len(trl_timer.steps)
@@ -281,11 +299,18 @@ def main() -> None:
     from lightning_rlvr.collect.single_turn import encode_prompts
 
     rows_gen = args.batch_size * args.group_size
-    width = encode_prompts(module.tokenizer, problems[: args.batch_size])[0].shape[1] + args.max_new_tokens
+    width = encode_prompts(module.tokenizer, problems[: args.batch_size], module.render)[0].shape[1]
+    width += args.max_new_tokens
     shapes = flops.FlopModel.of(module.model).shapes
     peak_gen, shape_gen = flops.matmul_peak(shapes, rows_gen)
     peak_upd, shape_upd = flops.matmul_peak(shapes, rows_gen * width)
 
+    params = sum(p.numel() for p in module.model.parameters())
+    trained = sum(p.numel() for p in module.model.parameters() if p.requires_grad)
+    source = (
+        f"`{args.policy_config}`'s policy" if args.policy_config else "the quickstart's warm-started policy"
+    )
+    model_line = f"{source}, {params:,} parameters of which {trained:,} train, lr {module.lr:g} on both sides"
     t_steps = kept["trl"]
     t_step = common.median([s["step_s"] for s in t_steps])
     t_gen = common.median([s["generate_s"] for s in t_steps])
@@ -343,6 +368,7 @@ def main() -> None:
     lines.append(flops.rate_line("update, TRL", t_rates[1], peak_upd))
     body = "\n".join(
         [
+            f"Model: {model_line}. "
             f"Work per step: {args.batch_size} prompts x {args.group_size} completions, at most "
             f"{args.max_new_tokens} new tokens, one update. Our side once per engine "
             f"(`configs/engine/<engine>.yaml`, the module's own `engine`), every side taking turns in the "
@@ -354,8 +380,9 @@ def main() -> None:
             "log-probs (`FastEngine`), the no-grad log-prob pass TIS compares them with. "
             "Model GFLOP/s (in brackets: share of the matmul peak) counts "
             "2 W + 4 L A c per generated token that sees c keys, over generation time, and "
-            "6 W + 12 L A i per trained token at causal position i (real prompt + completion tokens), over "
-            "`rest s`; W = weights of every Linear (LM head included), L layers, A = heads x head dim "
+            "4 W + 2 W_t + 12 L A i per trained token at causal position i (real prompt + completion "
+            "tokens), over `rest s`; W = weights of every Linear (LM head included), W_t = those that "
+            "train (all of W; with LoRA the adapters'), L layers, A = heads x head dim "
             "(`benchmarks/flops.py`).",
             "",
             common.md_table(
@@ -386,7 +413,8 @@ def main() -> None:
             *verdicts,
         ]
     )
-    common.write_result("vs_trl", "Against TRL's GRPOTrainer", body, started, load_start, args.out)
+    name = f"vs_trl_{Path(args.policy_config).stem}" if args.policy_config else "vs_trl"
+    common.write_result(name, "Against TRL's GRPOTrainer", body, started, load_start, args.out)
 
     if args.profile:
         blocks = [
