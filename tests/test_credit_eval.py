@@ -227,6 +227,23 @@ def test_credit_eval_runs_every_method_on_the_same_rollouts_and_writes_the_table
     assert out["settings"]["group size G"] == 3
 
 
+def test_the_fast_engine_samples_the_labs_rollouts_and_oracle_as_the_checkpoints_engine_does(
+    tiny_ckpt, tmp_path
+):
+    """``--engine fast`` only changes the speed: the same rollouts and continuations, so the same rows."""
+    methods = [str(REPO / "configs/method/grpo.yaml"), str(REPO / "configs/method/mc.yaml")]
+    args = ["--ckpt_path", str(tiny_ckpt), "--methods", *methods, "--prompts", "2", "--group-size", "3"]
+    args += ["--oracle-samples", "2", "--bootstrap", "20"]
+    rows, engines = {}, {}
+    for engine in ("hf", "fast"):
+        out = ce.evaluate([*args, "--engine", engine, "--out", str(tmp_path / engine)])
+        engines[engine] = out["settings"]["engine"]
+        with open(tmp_path / engine / "credit_eval.csv") as f:
+            rows[engine] = [{k: v for k, v in r.items() if "seconds" not in k} for r in csv.DictReader(f)]
+    assert engines == {"hf": "HFGenerateEngine", "fast": "FastEngine"}
+    assert rows["hf"] == rows["fast"] and rows["hf"]
+
+
 def test_credit_eval_rejects_a_group_of_one(tiny_ckpt, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         ce.main(["--ckpt_path", str(tiny_ckpt), "--methods", str(REPO / "configs/method/grpo.yaml")]
