@@ -103,13 +103,19 @@ def build_trl(model, module, problems: list[Problem], args, out_dir: str):
     def addition_reward(prompts, completions, **kwargs) -> list[float]:
         return [safe_check(task, c, by_prompt[p])[0].reward for p, c in zip(prompts, completions)]
 
+    rows = args.batch_size * args.group_size
+    micro = args.trl_micro_batch or rows
+    if rows % micro:
+        raise SystemExit(f"--trl_micro_batch {micro} must divide B x G = {rows}")
     config = GRPOConfig(
         output_dir=out_dir,
         use_cpu=True,
         bf16=False,
         fp16=False,
         gradient_checkpointing=False,
-        per_device_train_batch_size=args.batch_size * args.group_size,  # counts completions
+        # counts completions; one generation of all B x G, trained in micro-batches of --trl_micro_batch
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=rows // micro,
         num_generations=args.group_size,
         max_completion_length=args.max_new_tokens,
         temperature=1.0,
@@ -257,6 +263,13 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=int, default=0, help="steps of each side to profile after (default 0)"
     )
+    parser.add_argument(
+        "--trl_micro_batch",
+        type=int,
+        default=None,
+        help="completions per TRL forward (gradient accumulation over the step's one generation; default "
+        "all B x G in one: TRL holds [rows, prompt + completion, vocab] logits, 14 GB on SmolLM2 at 64 rows)",
+    )
     common.add_policy_config_arg(parser)
     common.add_common_args(parser)
     args = parser.parse_args()
@@ -311,6 +324,10 @@ def main() -> None:
         f"`{args.policy_config}`'s policy" if args.policy_config else "the quickstart's warm-started policy"
     )
     model_line = f"{source}, {params:,} parameters of which {trained:,} train, lr {module.lr:g} on both sides"
+    rows_all = args.batch_size * args.group_size
+    micro = args.trl_micro_batch or rows_all
+    trl_micro = f"{rows_all // micro} micro-batches of {micro}"
+    trl_micro = "one forward of all rows" if micro == rows_all else trl_micro
     t_steps = kept["trl"]
     t_step = common.median([s["step_s"] for s in t_steps])
     t_gen = common.median([s["generate_s"] for s in t_steps])
@@ -370,7 +387,7 @@ def main() -> None:
         [
             f"Model: {model_line}. "
             f"Work per step: {args.batch_size} prompts x {args.group_size} completions, at most "
-            f"{args.max_new_tokens} new tokens, one update. Our side once per engine "
+            f"{args.max_new_tokens} new tokens, one update (TRL: {trl_micro}). Our side once per engine "
             f"(`configs/engine/<engine>.yaml`, the module's own `engine`), every side taking turns in the "
             f"same run: {args.rounds} rounds x {args.steps} steps per side, first {args.warmup} round(s) "
             "dropped; medians. `generate s` is the wall time of generation (ours: the module's "
