@@ -244,6 +244,17 @@ def test_the_fast_engine_samples_the_labs_rollouts_and_oracle_as_the_checkpoints
     assert rows["hf"] == rows["fast"] and rows["hf"]
 
 
+def test_the_lab_says_how_far_it_is_in_a_log_file(tiny_ckpt, tmp_path, capsys):
+    """Output that is not a terminal gets plain progress lines: the oracle halves and each method count."""
+    methods = [str(REPO / "configs/method/grpo.yaml"), str(REPO / "configs/method/mc.yaml")]
+    args = ["--ckpt_path", str(tiny_ckpt), "--methods", *methods, "--prompts", "2", "--batch-prompts", "1"]
+    args += ["--group-size", "2", "--oracle-samples", "2", "--bootstrap", "10"]
+    ce.evaluate([*args, "--out", str(tmp_path)])
+    err = capsys.readouterr().err.splitlines()
+    assert "lightning-rlvr: credit lab: started, 8 passes (oracle halves, then each method, per batch)" in err
+    assert any(line.startswith("lightning-rlvr: credit lab: 8/8 passes") and "(done)" in line for line in err)
+
+
 def test_credit_eval_rejects_a_group_of_one(tiny_ckpt, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         ce.main(["--ckpt_path", str(tiny_ckpt), "--methods", str(REPO / "configs/method/grpo.yaml")]

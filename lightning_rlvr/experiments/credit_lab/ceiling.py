@@ -27,6 +27,7 @@ import csv
 import io
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -57,18 +58,21 @@ def estimate(rollout, make, samples: int, every: int, key: tuple) -> tuple[Tenso
 
 
 def split_oracle(
-    rollout, make, samples: int, every: int, key: tuple
+    rollout, make, samples: int, every: int, key: tuple, tick: Callable[[], object] = lambda: None
 ) -> tuple[Tensor, Tensor | None, Tensor | None, int]:
     """(the M-sample oracle, half A, half B, forward tokens): halves of M//2 and M - M//2 samples.
 
-    With M = 1 there is no split: (the oracle, None, None, tokens).
+    With M = 1 there is no split: (the oracle, None, None, tokens). ``tick`` is called after each estimate.
     """
     if samples < 2:
         truth, tokens = estimate(rollout, make, samples, every, (*key, "all"))
+        tick()
         return truth, None, None, tokens
     m_a = samples // 2
     a, tok_a = estimate(rollout, make, m_a, every, (*key, "A"))
+    tick()
     b, tok_b = estimate(rollout, make, samples - m_a, every, (*key, "B"))
+    tick()
     return (m_a * a + (samples - m_a) * b) / samples, a, b, tok_a + tok_b
 
 

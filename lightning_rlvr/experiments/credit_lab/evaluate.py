@@ -43,6 +43,7 @@ from torch import Tensor
 
 from ...core.errors import RLVRError, exit_with_one_line, user_error
 from ...core.files import write_text
+from ...core.progress import Progress
 from ...core.rng import seeded
 from .ceiling import agreement, ceiling, curve, share, split_oracle, write_curve
 from .claims import new_claims, record_claims
@@ -272,14 +273,16 @@ def run(args: argparse.Namespace) -> dict:
             module.model, rollout, module.tokenizer, module.micro_batch_size, sampler=EngineSampler.of(module)
         )
 
+    passes = len(starts) * ((2 if args.oracle_samples >= 2 else 1) + len(methods))
+    bar = Progress(passes, "credit lab", "passes (oracle halves, then each method, per batch)")
     for b in starts:
         batch, rollout = problems[b : b + args.batch_prompts], rollouts[b]
         make = make_for(rollout)
         truth, half_a, half_b, tokens = split_oracle(
-            rollout, make, args.oracle_samples, args.oracle_every, (args.seed, "oracle", b)
+            rollout, make, args.oracle_samples, args.oracle_every, (args.seed, "oracle", b), bar.update
         )  # [N, T] raw MC segment advantages, and its two independent halves
         oracle_tokens += tokens
-        grpo, views = assign_all(methods, rollout, make, key=(args.seed, "method", b))
+        grpo, views = assign_all(methods, rollout, make, key=(args.seed, "method", b), tick=bar.update)
         errors = first_error_tokens(module.task, rollout, module.tokenizer)
         record_batch(records, views, truth, errors, rollout, b, args.window)
         record_claims(claims, views, errors, rollout, grpo, b, args.window)
@@ -301,6 +304,7 @@ def run(args: argparse.Namespace) -> dict:
             len(problems),
             time.perf_counter() - start,
         )
+    bar.close()
     top = ceiling(summarise(half_r, half_g, args.bootstrap, args.seed))
     rows = summaries(records, len(problems), args.bootstrap, args.seed, top["ceiling"][0])
     claim_rows = [c.summary() for c in claims.values()]

@@ -127,8 +127,9 @@ def assign_all(
     rollout: Rollout,
     scorer: Scorer | Callable[[], Scorer],
     key: tuple | None = None,
+    tick: Callable[[], object] = lambda: None,
 ) -> tuple[Tensor, list[MethodView]]:
-    """Run every method on the same rollout: (GRPO advantages [N], one view per method).
+    """Run every method on the same rollout: (GRPO advantages [N], one view per method); ``tick`` after each.
 
     ``scorer`` is one shared ``Scorer`` or a factory giving each method a fresh one (then each
     method's cost includes its own policy pass). With ``key`` each method draws from the global RNG
@@ -152,6 +153,7 @@ def assign_all(
         view = MethodView(name, type(credit).__name__, weights, adv, out.metrics, extra, tokens, generated)
         view.seconds, view.token_loss = seconds, loss
         views.append(view)
+        tick()
     return grpo, views
 
 
