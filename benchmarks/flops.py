@@ -42,7 +42,8 @@ class FlopModel:
     trained_params: int  # W_t: those of them that train (all of W, or a LoRA's adapters)
     layers: int  # L
     attn_width: int  # A: query heads x head dim
-    shapes: tuple[tuple[int, int], ...]  # distinct (in_features, out_features) of the Linears
+    shapes: tuple[tuple[int, int], ...]  # distinct (in_features, out_features) of the model's Linears
+    # (a LoRA's rank-r adapters are left out: the peak is the rate the model's own matmuls could reach)
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> FlopModel:
@@ -50,13 +51,15 @@ class FlopModel:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         cfg = base.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        linears = [m for m in base.modules() if isinstance(m, torch.nn.Linear)]
+        named = [(n, m) for n, m in base.named_modules() if isinstance(m, torch.nn.Linear)]
+        linears = [m for _, m in named]
+        model_shapes = {(m.in_features, m.out_features) for n, m in named if "lora_" not in n}  # not adapters
         return cls(
             matmul_params=sum(m.weight.numel() for m in linears),
             trained_params=sum(m.weight.numel() for m in linears if m.weight.requires_grad),
             layers=cfg.num_hidden_layers,
             attn_width=cfg.num_attention_heads * head_dim,
-            shapes=tuple(sorted({(m.in_features, m.out_features) for m in linears})),
+            shapes=tuple(sorted(model_shapes)),
         )
 
     def generation(self, prompt_lens: Tensor, completion_lens: Tensor) -> float:

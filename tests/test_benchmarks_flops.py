@@ -72,6 +72,7 @@ def test_update_matmul_flops_of_a_lora_policy_match_torch_counter(shape):
     model = apply_lora(_model(*shape), {"r": 2, "lora_alpha": 4, "target_modules": "all-linear"})
     fm = flops.FlopModel.of(model)
     assert 0 < fm.trained_params < fm.matmul_params / 2
+    assert fm.shapes == flops.FlopModel.of(_model(*shape)).shapes  # the peak is taken on the model's shapes
     seq = torch.tensor([5, 9, 3])
     ids = torch.randint(0, model.config.vocab_size, (1, int(seq.sum())))
     with FlopCounterMode(display=False) as counter:
