@@ -44,9 +44,7 @@ def test_samples_greedy_evaluation_and_progress_are_logged(tiny_dir, run_cli, tm
     extra = [*policy, *SUMS, "--model.log_samples", "3", "--model.max_new_tokens", "6"]
     cli = run_cli("fit", *extra, "--trainer.max_steps", "1", "--model.eval_greedy", "true")
     run_dir = cli.trainer.log_dir
-    ckpt = (
-        cli.trainer.checkpoint_callback.last_model_path or cli.trainer.checkpoint_callback.best_model_path
-    )
+    ckpt = cli.trainer.checkpoint_callback.last_model_path or cli.trainer.checkpoint_callback.best_model_path
     eval_args = ["--data.test_size", "4", "--data.eval_batch_size", "1", "--model.log_samples", "4"]
     run_cli("test", "--ckpt_path", ckpt, *eval_args, configs=(), root=tmp_path / "eval")
     fit = [json.loads(x) for x in open(f"{run_dir}/samples/fit.jsonl")]

@@ -383,4 +383,3 @@ def one_line_parse_error(message: str) -> str:
 def _user_error(err: BaseException) -> RLVRError | None:
     """The ``RLVRError`` behind ``err`` (or a full disk's), None for a bug (``errors.user_error``)."""
     return user_error(err)
-

@@ -19,6 +19,12 @@ from .policies import (
 )
 
 __all__ = [
-    "TINY_METHOD_TEXTS", "TINY_VOCAB", "PolicySource", "PretrainedPolicy", "TinyPolicy", "apply_lora",
-    "build_tiny_tokenizer", "small_llama",
+    "TINY_METHOD_TEXTS",
+    "TINY_VOCAB",
+    "PolicySource",
+    "PretrainedPolicy",
+    "TinyPolicy",
+    "apply_lora",
+    "build_tiny_tokenizer",
+    "small_llama",
 ]
