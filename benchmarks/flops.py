@@ -19,6 +19,10 @@ lookup and is left out), ``L`` layers and ``A`` = query heads x head dim:
   ``8 L A i`` for attention), once per optimiser pass over the batch
   (``ppo_epochs``). Fully trained, ``W_t = W``: the usual ``6 W``; with LoRA the
   frozen base needs no weight gradients and ``W_t`` is the adapters' few weights.
+  That is ``update`` (what a plain forward over each row costs). The benchmarks
+  count ``update_needed``: each group's shared prompt once, and the LM head only at
+  the positions whose logit is trained (those predicting completion tokens), since
+  repeating a prompt G times or computing unused logits is work done for nothing.
 
 Norms, activations, softmax, rotary and the optimiser are left out (well under
 1% here). The peak is the best ``torch.matmul`` rate on the model's own Linear
@@ -40,9 +44,11 @@ class FlopModel:
 
     matmul_params: int  # W: weights of every Linear, LM head included
     trained_params: int  # W_t: those of them that train (all of W, or a LoRA's adapters)
-    layers: int  # L
-    attn_width: int  # A: query heads x head dim
-    shapes: tuple[tuple[int, int], ...]  # distinct (in_features, out_features) of the model's Linears
+    head_params: int = 0  # W_head: the LM head's weights (in W), needed only where a logit is used
+    head_trained: bool = True  # whether the head's weights train (not under LoRA)
+    layers: int = 0  # L
+    attn_width: int = 0  # A: query heads x head dim
+    shapes: tuple[tuple[int, int], ...] = ()  # distinct (in_features, out_features) of the model's Linears
     # (a LoRA's rank-r adapters are left out: the peak is the rate the model's own matmuls could reach)
 
     @classmethod
@@ -54,9 +60,13 @@ class FlopModel:
         named = [(n, m) for n, m in base.named_modules() if isinstance(m, torch.nn.Linear)]
         linears = [m for _, m in named]
         model_shapes = {(m.in_features, m.out_features) for n, m in named if "lora_" not in n}  # not adapters
+        head = base.get_output_embeddings()
+        head = head if isinstance(head, torch.nn.Linear) else None
         return cls(
             matmul_params=sum(m.weight.numel() for m in linears),
             trained_params=sum(m.weight.numel() for m in linears if m.weight.requires_grad),
+            head_params=head.weight.numel() if head is not None else 0,
+            head_trained=head is None or head.weight.requires_grad,
             layers=cfg.num_hidden_layers,
             attn_width=cfg.num_attention_heads * head_dim,
             shapes=tuple(sorted(model_shapes)),
@@ -67,6 +77,30 @@ class FlopModel:
         p, n = prompt_lens.double(), completion_lens.double()
         keys = n * p + n * (n - 1) / 2  # sum over j < n of (p + j)
         return float((2 * self.matmul_params * n + 4 * self.layers * self.attn_width * keys).sum())
+
+    def update_needed(
+        self, prompt_lens: Tensor, completion_lens: Tensor, group: Tensor | None = None
+    ) -> float:
+        """FLOPs one forward + backward needs to train rows of ``prompt_lens[i]`` + ``completion_lens[i]``
+        tokens, ``group[i]`` naming rows that share one prompt: [N] each.
+
+        Work a step needs, not work an implementation may repeat: each distinct prompt once per group
+        (a prompt's state does not depend on what follows it), and the LM head only at the positions
+        whose logit is trained (those predicting completion tokens), where ``update`` counts every row's
+        prompt and the head everywhere. An implementation that repeats the prompt or computes unused
+        logits does more arithmetic than this and shows a lower share of the peak.
+        """
+        p, c = prompt_lens.double(), completion_lens.double()
+        group = torch.arange(len(p)) if group is None else group
+        first = torch.ones(len(p), dtype=torch.bool)
+        first[1:] = group[1:] != group[:-1]  # rows of a group are consecutive (a rollout's layout)
+        heads = first.double()  # the row that carries its group's prompt
+        body = self.matmul_params - self.head_params
+        body_w = 4 * body + 2 * (self.trained_params - (self.head_params if self.head_trained else 0))
+        head_w = (6 if self.head_trained else 4) * self.head_params
+        keys = heads * p * (p + 1) / 2 + c * p + c * (c + 1) / 2  # prompt once; completion j sees p + j keys
+        tokens = heads * p + c
+        return float((body_w * tokens + head_w * c + 12 * self.layers * self.attn_width * keys).sum())
 
     def update(self, seq_lens: Tensor) -> float:
         """FLOPs of one forward + backward over rows of ``seq_lens[i]`` real tokens: [N]."""
@@ -107,9 +141,9 @@ class FlopMeter:
             return collected, stats
 
         def counted_update(out, *args, **kwargs):
-            seq = out.prompt_mask.sum(-1) + out.completion_mask.sum(-1)  # [N]
-            self.upd += self.flops.update(seq) * module.ppo_epochs
-            self.upd_tokens += int(seq.sum()) * module.ppo_epochs
+            p, c = out.prompt_mask.sum(-1), out.completion_mask.sum(-1)  # [N] each
+            self.upd += self.flops.update_needed(p, c, out.group) * module.ppo_epochs
+            self.upd_tokens += int((p + c).sum()) * module.ppo_epochs
             return update(out, *args, **kwargs)
 
         module.collect, module.update = counted_collect, counted_update

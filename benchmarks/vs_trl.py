@@ -68,7 +68,7 @@ class GenerateTimer:
     it sampled), so the update FLOPs are counted here too.
     """
 
-    def __init__(self, model, eos_id: int) -> None:
+    def __init__(self, model, eos_id: int, group_size: int) -> None:
         self.total = self.gen_flops = self.update_flops = 0.0
         count = flops.FlopModel.of(model)
         inner = model.generate
@@ -82,7 +82,8 @@ class GenerateTimer:
             prompt = kwargs["attention_mask"].sum(-1)  # [N] real prompt tokens
             done = flops.completion_lengths(out[:, kwargs["input_ids"].shape[1] :], eos_id)  # [N]
             self.gen_flops += count.generation(prompt, done)
-            self.update_flops += count.update(prompt + done)
+            group = torch.arange(len(done)) // group_size  # TRL repeats each prompt G times in a row
+            self.update_flops += count.update_needed(prompt, done, group)
             return out
 
         model.generate = timed
@@ -170,7 +171,7 @@ def build_trl(model, module, problems: list[Problem], args, out_dir: str):
                 }
             )
 
-    gen_timer = GenerateTimer(model, tokenizer.eos_token_id)
+    gen_timer = GenerateTimer(model, tokenizer.eos_token_id, args.group_size)
     timer = StepTimer()
     trainer.add_callback(timer)
     return trainer, timer
@@ -397,10 +398,11 @@ def main() -> None:
             "log-probs (`FastEngine`), the no-grad log-prob pass TIS compares them with. "
             "Model GFLOP/s (in brackets: share of the matmul peak) counts "
             "2 W + 4 L A c per generated token that sees c keys, over generation time, and "
-            "4 W + 2 W_t + 12 L A i per trained token at causal position i (real prompt + completion "
-            "tokens), over `rest s`; W = weights of every Linear (LM head included), W_t = those that "
-            "train (all of W; with LoRA the adapters'), L layers, A = heads x head dim "
-            "(`benchmarks/flops.py`).",
+            "4 W + 2 W_t + 12 L A i per trained token at causal position i, over `rest s`, counting what "
+            "the update needs on both sides: each group's prompt once and the LM head only where a logit "
+            "trains (completion positions); W = weights of every Linear (LM head included), W_t = those "
+            "that train (all of W; with LoRA the adapters'), L layers, A = heads x head dim "
+            "(`benchmarks/flops.py`, `update_needed`).",
             "",
             common.md_table(
                 [

@@ -105,3 +105,18 @@ def test_matmul_peak_is_a_rate_on_the_given_shapes():
     rate, where = flops.matmul_peak(((8, 16), (16, 4)), rows=32, tries=2, work=1e5)
     assert rate > 0
     assert where in ("[32, 8] x [8, 16]", "[32, 16] x [16, 4]")
+
+
+def test_needed_update_counts_a_shared_prompt_once_and_the_head_only_where_a_logit_trains():
+    fm = flops.FlopModel(matmul_params=100, trained_params=10, head_params=30, head_trained=False,
+                         layers=2, attn_width=8, shapes=((8, 8),))  # fmt: skip
+    prompts, completions, group = torch.tensor([3, 3, 5]), torch.tensor([2, 4, 1]), torch.tensor([0, 0, 1])
+    body, head = 4 * 70 + 2 * 10, 4 * 30  # frozen head: forward and input gradient only
+    want = 0.0
+    for p, c, first in ((3, 2, True), (3, 4, False), (5, 1, True)):
+        tokens = (p if first else 0) + c
+        keys = (sum(range(1, p + 1)) if first else 0) + sum(p + j for j in range(1, c + 1))
+        want += body * tokens + head * c + 12 * 2 * 8 * keys
+    assert fm.update_needed(prompts, completions, group) == want
+    plain = dataclasses.replace(fm, head_params=0, trained_params=100)  # nothing shared, no head: update's
+    assert plain.update_needed(prompts, completions) == plain.update(prompts + completions)
