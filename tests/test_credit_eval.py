@@ -255,6 +255,26 @@ def test_the_lab_says_how_far_it_is_in_a_log_file(tiny_ckpt, tmp_path, capsys):
     assert any(line.startswith("lightning-rlvr: credit lab: 8/8 passes") and "(done)" in line for line in err)
 
 
+def test_the_lab_runs_on_textworld_episodes_and_finds_their_first_errors(run_cli, tmp_path):
+    """An agent checkpoint (test-scale TextWorld cooking, turns enough for the walkthrough to win) goes
+    through the same lab: episodes sampled, the oracle continued through the game, the same table, and
+    each failed episode's first fatal action located from the walkthrough."""
+    configs = (str(REPO / "configs/quickstart_agent.yaml"), str(REPO / "tests/configs/tiny.yaml"))
+    configs += (str(REPO / "tests/configs/tiny_textworld.yaml"),)
+    fit = run_cli("fit", "--model.task.init_args.max_turns", "8", "--trainer.max_steps", "1", configs=configs)
+    ckpt = fit.trainer.checkpoint_callback.last_model_path
+    methods = [str(REPO / f"configs/method/{m}.yaml") for m in ("grpo", "ktae", "mc")]
+    args = ["--ckpt_path", ckpt, "--methods", *methods, "--split", "train", "--prompts", "1"]
+    out = ce.evaluate(
+        [*args, "--group-size", "4", "--oracle-samples", "2", "--bootstrap", "10", "--out", str(tmp_path)]
+    )
+    known, failed = (int(x) for x in out["settings"]["failed with a known first error"].split(" of "))
+    assert failed > 0 and known == failed  # every lost episode has a fatal action the walkthrough shows
+    rows = {r["method"]: r for r in csv.DictReader((tmp_path / "credit_eval.csv").open())}
+    assert set(rows) == {"grpo", "ktae", "mc"}
+    assert all(int(r["localisation_n"]) == known for r in rows.values())  # measured on every one of them
+
+
 def test_credit_eval_rejects_a_group_of_one(tiny_ckpt, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         ce.main(["--ckpt_path", str(tiny_ckpt), "--methods", str(REPO / "configs/method/grpo.yaml")]
