@@ -611,3 +611,18 @@ def test_an_interrupted_fit_resumes_from_its_checkpoint_and_ends_as_the_uninterr
     assert 0 < max(rewards) and min(rewards) < 1  # mixed groups: the updates moved the weights
     assert json.loads((cut / "fit_before.json").read_text())["resumed_at"] == [2]
     assert json.loads((cut / "DONE").read_text())["fit_s"] > 0
+
+
+def test_ctrl_c_on_a_sweep_is_one_line_and_exit_130(monkeypatch, capsys):
+    """The console script turns an interrupt anywhere in the sweep (the runner's join loop, a run) into
+    one line saying how to resume, not a traceback; ``main`` itself still raises for callers and tests."""
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sw, "main", interrupted)
+    assert sw.console() == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lightning-rlvr-sweep: interrupted;") and "again" in err[0]
+    entry = re.search(r'^lightning-rlvr-sweep = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.M)
+    assert entry and entry.group(1) == "lightning_rlvr.experiments.sweep.run:console"  # what the script runs

@@ -126,6 +126,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def console() -> int:
+    """``lightning-rlvr-sweep``: ``main``, with Ctrl-C (or SIGINT from a scheduler) as one line and exit 130.
+
+    The runs in flight die with the sweep (their fits hold no lock after it); finished runs are marked
+    ``DONE``, and an interrupted fit resumes from its newest checkpoint when the sweep is run again.
+    """
+    try:
+        return main()
+    except KeyboardInterrupt:
+        sys.stderr.write(
+            "lightning-rlvr-sweep: interrupted; finished runs are kept, and running the same command again "
+            "resumes the others (an interrupted fit from its newest checkpoint)\n"
+        )
+        return 130
+
+
 def main(argv: list[str] | None = None, runner: CommandRunner = subprocess_runner) -> int:
     """Console entry point; returns 0 when every run finished, 1 when some failed, 2 on a bad sweep file.
 
