@@ -107,6 +107,19 @@ def add_policy_config_arg(parser) -> None:
     )
 
 
+def tiny_batch_defaults(args) -> None:
+    """Without ``--policy-config`` the tiny quickstart's figures keep their historical batch (16 x 8, 48)."""
+    if args.policy_config is None:
+        args.batch_size, args.group_size = args.batch_size or 16, args.group_size or 8
+        args.max_new_tokens = args.max_new_tokens or 48
+
+
+def policy_source(args) -> str:
+    """What the benchmark's policy is, for its table."""
+    tiny = "the quickstart's warm-started policy"
+    return f"`{args.policy_config}`'s policy" if args.policy_config else tiny
+
+
 def batch_overrides(args) -> list[str]:
     """The dotted overrides for the batch flags the user gave (None: the config's own value)."""
     flags = {"batch_size": "--data.batch_size", "group_size": "--model.group_size",

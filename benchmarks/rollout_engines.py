@@ -79,9 +79,7 @@ def main() -> None:
     common.add_policy_config_arg(parser)
     common.add_common_args(parser)
     args = parser.parse_args()
-    if args.policy_config is None:  # the tiny quickstart's figures keep their historical batch
-        args.batch_size, args.group_size = args.batch_size or 16, args.group_size or 8
-        args.max_new_tokens = args.max_new_tokens or 48
+    common.tiny_batch_defaults(args)
     common.set_threads(args.threads)
     started, load_start = time.time(), common.load_average()
 
@@ -93,8 +91,7 @@ def main() -> None:
     module = common.ready_policy(cli.model)
     module.model.to(args.device)
     model, tok = module.model, module.tokenizer
-    what = "the quickstart's warm-started policy"
-    what = f"`{args.policy_config}`'s policy" if args.policy_config else what
+    what = common.policy_source(args)
     params = sum(p.numel() for p in model.parameters())
     count = flops.FlopModel.of(model)
     problems = [module.task.train_problem(i) for i in range(args.batch_size)]

@@ -274,9 +274,7 @@ def main() -> None:
     common.add_policy_config_arg(parser)
     common.add_common_args(parser)
     args = parser.parse_args()
-    if args.policy_config is None:  # the tiny quickstart's figures keep their historical batch
-        args.batch_size, args.group_size = args.batch_size or 16, args.group_size or 8
-        args.max_new_tokens = args.max_new_tokens or 48
+    common.tiny_batch_defaults(args)
     common.set_threads(args.threads)
     if args.rounds <= args.warmup:
         parser.error("--rounds must exceed --warmup")
@@ -321,9 +319,7 @@ def main() -> None:
 
     params = sum(p.numel() for p in module.model.parameters())
     trained = sum(p.numel() for p in module.model.parameters() if p.requires_grad)
-    source = (
-        f"`{args.policy_config}`'s policy" if args.policy_config else "the quickstart's warm-started policy"
-    )
+    source = common.policy_source(args)
     model_line = f"{source}, {params:,} parameters of which {trained:,} train, lr {module.lr:g} on both sides"
     rows_all = args.batch_size * args.group_size
     micro = args.trl_micro_batch or rows_all
