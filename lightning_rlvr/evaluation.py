@@ -3,9 +3,10 @@
 Validation and test sample ``eval_samples`` completions per prompt through the module's
 rollout engine, verify them, and report pass@k (k = 1, 2, 4, ... up to ``eval_samples``,
 the unbiased estimator) and, for tasks with a final answer (``Task.extract_answer``),
-maj@n over all n samples. Sampling runs under a forked RNG seeded by ``eval_seed`` and the
-batch index, so evaluation never shifts the training stream and is the same at every
-validation. A fresh fit also logs ``val/pass@1`` at step 0: the baseline RL starts from.
+maj@n over all n samples. Test also logs ``test/samples`` (prompts x samples): pass@1 x samples
+is the number of successes, for a binomial interval. Sampling runs under a forked RNG seeded by
+``eval_seed`` and the batch index, so evaluation never shifts the training stream and is the same
+at every validation. A fresh fit also logs ``val/pass@1`` at step 0: the baseline RL starts from.
 ``eval_greedy`` decodes greedily instead; ``log_samples`` writes an evaluation's first rows to
 ``samples/<stage>.jsonl``. Progress: the baseline before RL, validation and test show a bar on a
 terminal and write plain lines (``core/progress.py``) when output goes to a file.
@@ -19,7 +20,7 @@ import torch
 
 from .core.problem import Problem
 from .core.progress import Progress, is_tty
-from .metrics import MajorityAtK, PassAtK
+from .metrics import MajorityAtK, PassAtK, SampleCount
 from .tasks.base import Task, safe_extract_answer
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ class Evaluation:
         self.eval_ks = sorted({1, n} | {2**i for i in range(1, 8) if 2**i <= n})
         self.val_pass = PassAtK(1)
         self.test_pass = torch.nn.ModuleDict({str(k): PassAtK(k) for k in self.eval_ks})
+        self.test_samples = SampleCount()  # test/samples: pass@1 x this = the successes
         # maj@n over all n samples, for tasks with a final answer to vote on (Task.extract_answer)
         has_answers = type(self.task).extract_answer is not Task.extract_answer
         self.test_maj = MajorityAtK(n) if has_answers else None
@@ -85,6 +87,9 @@ class Evaluation:
             metric.update(correct)
             if stage is not None:
                 self.log(f"{stage}/pass@{k}", metric, on_step=False, on_epoch=True, prog_bar=k == "1")
+        if stage == "test":
+            self.test_samples.update(correct)
+            self.log("test/samples", self.test_samples, on_step=False, on_epoch=True)
         if majority is not None:
             n = self.eval_samples
             answers = [safe_extract_answer(self.task, c) for c in rollout.completions]  # [B * n] by prompt

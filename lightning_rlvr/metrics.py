@@ -49,6 +49,23 @@ class PassAtK(Metric):
         return (self.total / self.count.clamp(min=1)).float()
 
 
+class SampleCount(Metric):
+    """How many samples were scored (prompts x samples per prompt): with pass@1 (their mean), the
+    number of successes, so a reader can put a binomial interval on it."""
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, correct: Tensor) -> None:
+        self.total += correct.numel()
+
+    def compute(self) -> Tensor:
+        return self.total.float()
+
+
 def majority_answer(answers: list[str | None]) -> str | None:
     """The most frequent non-None answer; ties go to the one that occurs first; None if there is none."""
     counts: dict[str, int] = {}

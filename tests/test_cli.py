@@ -52,6 +52,11 @@ def test_test_from_checkpoint_needs_no_config(run_cli, tmp_path):
     assert {"test/pass@1", "test/pass@2", "test/maj@2"} <= set(metrics)
     assert 0.0 <= float(metrics["test/pass@1"]) <= float(metrics["test/pass@2"]) <= 1.0
     assert 0.0 <= float(metrics["test/maj@2"]) <= float(metrics["test/pass@2"])  # a vote needs one right
+    # 8 test prompts x eval_samples: pass@1 x samples is a whole number of successes
+    samples = float(metrics["test/samples"])
+    assert samples == 8 * cli.model.eval_samples
+    successes = float(metrics["test/pass@1"]) * samples
+    assert successes == pytest.approx(round(successes))
     trained = torch.load(ckpt, weights_only=True)["state_dict"]
     for name, value in cli.model.state_dict().items():
         if name in trained:

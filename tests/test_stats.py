@@ -14,6 +14,7 @@ from lightning_rlvr.experiments.stats import (
     t_interval,
     t_power,
     time_to_reach,
+    wilson_interval,
 )
 
 
@@ -80,3 +81,23 @@ def test_time_to_reach_is_the_first_crossing():
     assert time_to_reach(curve, 0.3) == 20.0
     assert time_to_reach(curve, 0.5) == 40.0
     assert math.isnan(time_to_reach(curve, 0.9))
+
+
+def test_wilson_interval_by_hand_and_at_the_edges():
+    # 3 of 128 (the agent quickstart's warm start), z = 1.96: p = 0.0234, centre (p + z^2/256) / (1 + z^2/128)
+    p, low, high = wilson_interval(3, 128)
+    z = 1.959964
+    centre = (3 / 128 + z * z / 256) / (1 + z * z / 128)
+    half = z * math.sqrt(3 / 128 * 125 / 128 / 128 + z * z / (4 * 128 * 128)) / (1 + z * z / 128)
+    assert p == pytest.approx(3 / 128)
+    assert (low, high) == (pytest.approx(centre - half), pytest.approx(centre + half))
+    assert (round(low, 3), round(high, 3)) == (0.008, 0.067)
+    # 0 or n successes: a non-empty interval that touches the edge and stays in [0, 1]
+    p, low, high = wilson_interval(0, 10)
+    assert (p, low) == (0.0, 0.0) and high == pytest.approx(z * z / 10 / (1 + z * z / 10))
+    p, low, high = wilson_interval(10, 10)
+    assert (p, high) == (1.0, 1.0) and low == pytest.approx(1 - z * z / 10 / (1 + z * z / 10))
+    assert all(math.isnan(v) for v in wilson_interval(0, 0))  # no trials: no rate, no interval
+    # a wider level gives a wider interval around the same rate
+    _, low99, high99 = wilson_interval(3, 128, level=0.99)
+    assert low99 < wilson_interval(3, 128)[1] and high99 > wilson_interval(3, 128)[2]

@@ -136,6 +136,34 @@ k,same,7,0.99
 """
 
 
+PER_SEED = """run_id,max_steps,seed,test/pass@1,test/samples
+a,1,0,0.0234375,128
+b,1,1,0.0234375,128
+c,1,2,0.0234375,
+d,150,0,0.125,128
+e,150,1,0.0625,128
+f,150,2,0.5,128
+g,150,3,0.5,128
+"""
+
+
+def test_per_seed_table_judges_each_seed_against_the_baselines_wilson_interval(tmp_path):
+    axes, rows = _rows(PER_SEED, tmp_path)
+    settings = sw.ReportSettings(baseline={"max_steps": "1"})
+    text = rep.per_seed_table(axes, rows, settings)
+    lines = [line for line in text.splitlines() if line.startswith("| 150 |")]
+    # the baseline's 3 of 128 has the 95% Wilson interval [0.008, 0.067]: 0.125 is above it, 0.0625 is not;
+    # seed 2's baseline has no sample count and seed 3 has no baseline run: neither is judged
+    assert lines == [
+        "| 150 | 0 | 0.125 | 0.023 | [0.008, 0.067] | yes |",
+        "| 150 | 1 | 0.062 | 0.023 | [0.008, 0.067] | no |",
+    ]
+    assert "- 150: 1 of 2 seeds above the baseline's interval." in text
+    # runs tested before the sample count was logged: no table rather than a guessed one
+    old = [{k: v for k, v in r.items() if k != "test/samples"} for r in rows]
+    assert rep.per_seed_table(axes, old, settings) == ""
+
+
 def _rows(text: str, tmp_path: Path) -> tuple[list[str], list[dict]]:
     path = tmp_path / "results.csv"
     path.write_text(text)

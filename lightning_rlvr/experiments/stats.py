@@ -117,6 +117,22 @@ def paired_comparison(
     return PairedComparison(n, mean, low, high, p, min_detectable_difference(sd, n, power, 1 - level))
 
 
+def wilson_interval(successes: float, n: float, level: float = 0.95) -> tuple[float, float, float]:
+    """(p, low, high): the success rate of ``n`` Bernoulli trials and its Wilson score interval,
+    which stays inside [0, 1] and is not empty at 0 or n successes (unlike p +- z sqrt(p(1-p)/n))."""
+    from scipy.stats import norm
+
+    if n <= 0:
+        return math.nan, math.nan, math.nan
+    z = float(norm.ppf(0.5 + level / 2))
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    low = 0.0 if successes <= 0 else max(0.0, centre - half)  # exact at the edges, not 1 - 1e-16
+    high = 1.0 if successes >= n else min(1.0, centre + half)
+    return p, low, high
+
+
 def time_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float:
     """The first x (e.g. wall seconds) at which the curve's value reaches ``target``; nan if never."""
     for x, value in curve:

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...core.files import write_text
-from ..stats import paired_comparison, t_interval, t_quantile, time_to_reach  # noqa: F401
+from ..stats import paired_comparison, t_interval, t_quantile, time_to_reach, wilson_interval  # noqa: F401
 from .choice import choice_text
 from .curves import SMOOTH, plot_curves, write_curves_csv
 from .rows import (
@@ -222,6 +222,51 @@ def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings
     return "\n".join(lines) + "\n"
 
 
+PER_SEED = "test/pass@1"  # the metric judged seed by seed
+SAMPLES = "test/samples"  # how many samples it is the mean of (pass@1 x samples = successes)
+
+
+def per_seed_table(axes: list[str], rows: list[dict], settings: ReportSettings) -> str:
+    """Seed by seed, is a cell above the baseline beyond the noise of one evaluation? Each seed's test
+    pass@1 against the baseline's on the same seed and that value's Wilson interval over its test
+    samples; per cell, how many seeds are above the interval's upper end. Empty when the baseline's
+    runs did not record their sample count (runs tested before ``test/samples`` was logged)."""
+    by_cell: dict[tuple, dict[str, dict]] = {}
+    for row in rows:
+        by_cell.setdefault(tuple(str(row[a]) for a in axes), {})[str(row.get("seed", ""))] = row
+    pct = round(settings.level * 100)
+    header = [*axes, "seed", PER_SEED, "baseline", f"baseline {pct}% Wilson interval", "above it"]
+    lines, totals = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)], []
+    names = display_names(axes, rows)
+    for key, seeds in by_cell.items():
+        cell = dict(zip(axes, key))
+        base = by_cell.get(tuple(settings.baseline.get(a, cell[a]) for a in axes))
+        if base is None or base is seeds:
+            continue
+        above = judged = 0
+        for seed in sorted(seeds, key=lambda s: (len(s), s)):
+            b = base.get(seed, {})
+            if seeds[seed].get(PER_SEED) in ("", None) or b.get(SAMPLES) in ("", None, 0):
+                continue
+            value, n = float(seeds[seed][PER_SEED]), float(b[SAMPLES])
+            p, low, high = wilson_interval(float(b[PER_SEED]) * n, n, settings.level)
+            judged, above = judged + 1, above + (value > high)
+            cells = [names[a][cell[a]] for a in axes] + [seed, f"{value:.3f}", f"{p:.3f}"]
+            cells += [f"[{low:.3f}, {high:.3f}]", "yes" if value > high else "no"]
+            lines.append("| " + " | ".join(cells) + " |")
+        if judged:
+            label = cell_label(axes, next(iter(seeds.values())), names)
+            totals.append(f"- {label}: {above} of {judged} seeds above the baseline's interval.")
+    if not totals:
+        return ""
+    note = (
+        f"Each seed's {PER_SEED} against the baseline's on the same seed, with the baseline's {pct}% Wilson "
+        f"interval over its {SAMPLES} samples: 'yes' when the seed is above the interval's upper end, "
+        "beyond the sampling noise of one evaluation of the baseline.\n"
+    )
+    return "\n".join([note, *lines, "", *totals]) + "\n"
+
+
 # ---------------------------------------------------------------------------- curves
 def _smooth(values: list[float], window: int) -> list[float]:
     out = []
@@ -339,6 +384,9 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
             *said,
             comparison_table(axes, rows + included, settings),
         ]
+        seeds = per_seed_table(axes, rows, settings)
+        if seeds:
+            text += ["## Seed by seed against the baseline\n", seeds]
     if settings.choose:
         text.append(choice_text(axes, rows, settings.choose, settings.choose_by))
     text.append("![learning curves](curves.png)\n")
