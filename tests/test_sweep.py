@@ -367,6 +367,34 @@ def test_a_run_done_with_another_lr_is_run_again_and_the_others_are_kept(grid_sw
     assert ["model.lr", 4.0e-4] in spec["overrides"]
 
 
+def test_a_run_whose_config_changed_a_value_is_run_again_and_a_comment_changes_nothing(grid_sweep, caplog):
+    text = grid_sweep.read_text().replace("  model.lr: [1.0e-4, 5.0e-5]\n", "").replace("[0, 1, 2]", "[0]")
+    write(grid_sweep, text + "out: out\n")
+    assert sw.main([str(grid_sweep)], runner=FakeLightning()) == 0
+    alpha = grid_sweep.parent / "method" / "alpha.yaml"
+    # a comment and another layout say the same: every run stays finished
+    write(alpha, "# the sequence-mean method\nmodel:\n  loss: {init_args: {loss_agg: seq_mean}}\n")
+    again = FakeLightning()
+    assert sw.main([str(grid_sweep)], runner=again) == 0 and again.calls == []
+    # a value changed in one method file: its run is stale, named in the log, and run again; beta's is kept
+    write(alpha, "model:\n  loss: {init_args: {loss_agg: token_mean}}\n")
+    sweep = sw.load_sweep(grid_sweep)
+    assert [swr.is_done(sweep, r) for r in sw.expand(sweep)] == [True, False]  # beta, alpha
+    third = FakeLightning()
+    with caplog.at_level("WARNING"):
+        assert sw.main([str(grid_sweep)], runner=third) == 0
+    ran = [c for c in third.calls if c[1] != "_warmup"]
+    assert ran == [("fit", "alpha__seed=0"), ("test", "alpha__seed=0")]
+    assert "alpha__seed=0 finished with other contents of method/alpha.yaml: it runs again" in caplog.text
+    # a spec recorded before digests existed counts by its files' names and overrides, as it did
+    spec_path = sweep.out / "beta__seed=0" / sw.SPEC
+    spec = json.loads(spec_path.read_text())
+    write(spec_path, json.dumps({k: v for k, v in spec.items() if k != "config_digests"}))
+    write(grid_sweep.parent / "base.yaml", "model:\n  group_size: 8\n")
+    # beta's spec cannot tell, so it stays finished; alpha's records the old base.yaml: stale
+    assert [swr.is_done(sweep, r) for r in sw.expand(sweep)] == [True, False]
+
+
 def test_warm_start_runs_once_per_setting_before_the_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     path = write(

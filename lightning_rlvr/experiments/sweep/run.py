@@ -79,6 +79,7 @@ from .spec import (  # noqa: F401 - re-exported: the sweep API in one place
     lock_path,
     run_dir,
     run_spec,
+    stale_configs,
 )
 
 log = logging.getLogger("lightning_rlvr.experiments.sweep.run")
@@ -161,6 +162,12 @@ def main(argv: list[str] | None = None, runner: CommandRunner = subprocess_runne
     restored = restore_runs(sweep, runs)  # runs finished elsewhere, committed with the report
     if restored:
         log.info("%d finished runs restored from %s", len(restored), sweep.report_dir / "runs")
+    for run in runs:  # finished, but its config files say something else now: it runs again
+        changed = stale_configs(sweep, run)
+        if changed:
+            log.warning(
+                "%s finished with other contents of %s: it runs again", run.run_id, ", ".join(changed)
+            )
     if args.dry_run:  # what a real invocation would run now: finished runs are left out
         env, todo = run_env(sweep, jobs), pending(sweep, runs)
         if len(todo) < len(runs):

@@ -30,7 +30,19 @@ from ...core.process import FIT_REPORT_ENV, child_env, locked
 from .archive import archive_run
 from .commands import fit_command, shell_line, test_command, warm_start_groups, warmup_command
 from .resume import fit_seconds_before, interrupted_fit, set_aside_logs
-from .spec import DONE, FIT_DONE, SPEC, TEST_METRICS, Run, Sweep, is_finished, lock_path, run_dir, run_spec
+from .spec import (
+    DONE,
+    FIT_DONE,
+    SPEC,
+    TEST_METRICS,
+    Run,
+    Sweep,
+    is_finished,
+    lock_path,
+    run_dir,
+    run_spec,
+    same_spec,
+)
 
 log = logging.getLogger("lightning_rlvr.experiments.sweep.run")  # the sweep's one log, as run.py's
 
@@ -111,7 +123,7 @@ def _execute_run(sweep: Sweep, run: Run, env: dict[str, str], runner: CommandRun
     d = run_dir(sweep, run)
     t0 = time.time()
     status: dict[str, Any] = {"run_id": run.run_id, "ok": False}
-    same = (d / SPEC).is_file() and json.loads((d / SPEC).read_text()) == run_spec(run)
+    same = (d / SPEC).is_file() and same_spec(json.loads((d / SPEC).read_text()), run_spec(run))
     if not (same and (d / FIT_DONE).is_file()):
         command = fit_command(sweep, run)
         found = interrupted_fit(d) if same else None

@@ -123,23 +123,59 @@ def lock_path(sweep: Sweep, run: Run) -> Path:
     return sweep.out / ".locks" / f"{run.run_id}.lock"
 
 
+def config_digest(path: str) -> str:
+    """What a config file says, hashed: its parsed YAML, so editing a comment or the layout changes
+    nothing and editing a value does ("missing" when the file is gone or does not parse)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return "missing"
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def run_spec(run: Run) -> dict:
-    """What a run is: its config files and overrides, as they read back from ``SPEC``."""
-    return json.loads(json.dumps({"configs": list(run.configs), "overrides": run.overrides}, default=str))
+    """What a run is: its config files, what they say (``config_digests``) and its overrides, as they
+    read back from ``SPEC``."""
+    spec = {"configs": list(run.configs), "overrides": run.overrides}
+    spec["config_digests"] = {path: config_digest(path) for path in run.configs}
+    return json.loads(json.dumps(spec, default=str))
+
+
+def changed_configs(recorded: dict, now: dict) -> list[str]:
+    """The config files whose content differs between a recorded spec and the one a run has now."""
+    before, after = recorded.get("config_digests") or {}, now.get("config_digests") or {}
+    return [path for path in after if path in before and before[path] != after[path]]
+
+
+def same_spec(recorded: dict, now: dict) -> bool:
+    """A recorded ``SPEC`` describes the run as it is now: the same config files and overrides, and the
+    same content in those files. Specs written before digests were recorded match on the rest."""
+    if "config_digests" not in recorded:
+        now = {k: v for k, v in now.items() if k != "config_digests"}
+    return recorded == now
+
+
+def stale_configs(sweep: Sweep, run: Run) -> list[str]:
+    """The config files of a finished run whose content changed since it ran (empty if none, or if the
+    run has not finished or recorded no digests)."""
+    d = run_dir(sweep, run)
+    if not ((d / DONE).is_file() and (d / SPEC).is_file()):
+        return []
+    return changed_configs(json.loads((d / SPEC).read_text()), run_spec(run))
 
 
 def is_finished(sweep: Sweep, run: Run) -> bool:
     """The run completed (``DONE``) with the specification it has now.
 
     Run ids name the grid point, not every override: a run done before the sweep file changed an
-    override (a new per-method lr in ``axis_overrides``) keeps its id, and its recorded ``SPEC``
-    is what tells it apart; such a run is not finished and is run again. A run directory without
-    ``SPEC`` (written before it existed) counts by ``DONE`` alone.
+    override (a new per-method lr in ``axis_overrides``) or one of its config files changed a value
+    keeps its id, and its recorded ``SPEC`` is what tells it apart; such a run is not finished and is
+    run again. A run directory without ``SPEC`` (written before it existed) counts by ``DONE`` alone.
     """
     d = run_dir(sweep, run)
     if not (d / DONE).is_file():
         return False
-    return not (d / SPEC).is_file() or json.loads((d / SPEC).read_text()) == run_spec(run)
+    return not (d / SPEC).is_file() or same_spec(json.loads((d / SPEC).read_text()), run_spec(run))
 
 
 def _is_config_axis(key: str) -> bool:
