@@ -34,6 +34,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -124,8 +125,10 @@ class WarmStart:
     """Supervised fine-tuning on worked solutions until sampled accuracy reaches a band.
 
     Args:
-        min_accuracy: stop once sampled accuracy is at least this.
-        max_steps: give up (with a warning) after this many steps.
+        min_accuracy: stop once sampled accuracy is at least this; None: no accuracy stop, train
+            ``max_steps`` steps (a fixed-length warm start, for a pool too varied to fit in a few
+            hundred steps, where the checks only report).
+        max_steps: give up (with a warning, unless ``min_accuracy`` is None) after this many steps.
         lr: AdamW learning rate.
         batch_size: sequences per step.
         eval_every: steps between accuracy checks.
@@ -140,7 +143,7 @@ class WarmStart:
 
     def __init__(
         self,
-        min_accuracy: float = 0.2,
+        min_accuracy: float | None = 0.2,
         max_steps: int = 2000,
         lr: float = 1e-3,
         batch_size: int = 64,
@@ -302,7 +305,8 @@ class WarmStart:
         with Progress(self.max_steps, "warm start", "steps", enabled=loud, estimate=False) as progress:
             acc, step, memo = self.accuracy(model, tokenizer, task, engine, render), 0, {}
             progress.set_postfix(acc=f"{acc:.2f}")
-            while acc < self.min_accuracy and step < self.max_steps:
+            target = math.inf if self.min_accuracy is None else self.min_accuracy
+            while acc < target and step < self.max_steps:
                 batch = self._batch(tokenizer, task, step, render, memo)
                 input_ids, mask, labels = (t.to(device) for t in batch)
                 loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
@@ -315,7 +319,7 @@ class WarmStart:
                     acc = self.accuracy(model, tokenizer, task, engine, render)
                     progress.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.2f}")
                 progress.update()
-        if acc < self.min_accuracy:
+        if acc < target < math.inf:
             say(f"WARNING: warm start stopped at max_steps={self.max_steps} with accuracy {acc:.3f}")
         return {"steps": step, "accuracy": acc}
 

@@ -75,6 +75,19 @@ def test_an_entry_is_written_with_a_manifest_and_loaded_intact(cache, capsys):
     assert f"warm start {first['key']}: 3 steps to sampled accuracy" in err and "loaded from" in err
 
 
+def test_without_an_accuracy_target_the_warm_start_trains_max_steps_and_does_not_warn(cache, capsys):
+    # an unreachable target stops at max_steps with a warning; no target trains the same steps silently
+    capped, capped_weights = run(warm(min_accuracy=1.1, max_steps=4, eval_every=2))
+    assert capped["steps"] == 4 and "WARNING: warm start stopped at max_steps=4" in capsys.readouterr().err
+    fixed, fixed_weights = run(warm(min_accuracy=None, max_steps=4, eval_every=2))
+    err = capsys.readouterr().err
+    assert fixed["steps"] == 4 and "WARNING" not in err and fixed["key"] != capped["key"]
+    assert 0.0 <= fixed["accuracy"] <= 1.0  # the checks still run and report
+    assert all(torch.equal(capped_weights[k], fixed_weights[k]) for k in capped_weights)  # the same 4 steps
+    # a target of 0 is met before the first step: no training at all
+    assert run(warm(min_accuracy=0.0, max_steps=4))[0]["steps"] == 0
+
+
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_a_damaged_entry_is_never_loaded_but_rebuilt_with_one_line(damage, cache, capsys):
     _, weights = run(warm())
