@@ -261,8 +261,8 @@ def per_seed_table(axes: list[str], rows: list[dict], settings: ReportSettings) 
         return ""
     note = (
         f"Each seed's {PER_SEED} against the baseline's on the same seed, with the baseline's {pct}% Wilson "
-        f"interval over its {SAMPLES} samples: 'yes' when the seed is above the interval's upper end, "
-        "beyond the sampling noise of one evaluation of the baseline.\n"
+        f"interval over the samples its test scored (`{SAMPLES}`): 'yes' when the seed is above the "
+        "interval's upper end, beyond the sampling noise of one evaluation of the baseline.\n"
     )
     return "\n".join([note, *lines, "", *totals]) + "\n"
 

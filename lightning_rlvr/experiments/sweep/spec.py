@@ -124,8 +124,7 @@ def lock_path(sweep: Sweep, run: Run) -> Path:
 
 
 def config_digest(path: str) -> str:
-    """What a config file says, hashed: its parsed YAML, so editing a comment or the layout changes
-    nothing and editing a value does ("missing" when the file is gone or does not parse)."""
+    """A hash of the parsed YAML: a comment or layout edit changes nothing, a value does."""
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError):
@@ -134,44 +133,34 @@ def config_digest(path: str) -> str:
 
 
 def run_spec(run: Run) -> dict:
-    """What a run is: its config files, what they say (``config_digests``) and its overrides, as they
-    read back from ``SPEC``."""
+    """What a run is (config files, their digests, overrides), as it reads back from ``SPEC``."""
     spec = {"configs": list(run.configs), "overrides": run.overrides}
     spec["config_digests"] = {path: config_digest(path) for path in run.configs}
     return json.loads(json.dumps(spec, default=str))
 
 
-def changed_configs(recorded: dict, now: dict) -> list[str]:
-    """The config files whose content differs between a recorded spec and the one a run has now."""
-    before, after = recorded.get("config_digests") or {}, now.get("config_digests") or {}
-    return [path for path in after if path in before and before[path] != after[path]]
-
-
 def same_spec(recorded: dict, now: dict) -> bool:
-    """A recorded ``SPEC`` describes the run as it is now: the same config files and overrides, and the
-    same content in those files. Specs written before digests were recorded match on the rest."""
+    """A recorded ``SPEC`` is the run now; one recorded before digests existed matches on the rest."""
     if "config_digests" not in recorded:
         now = {k: v for k, v in now.items() if k != "config_digests"}
     return recorded == now
 
 
 def stale_configs(sweep: Sweep, run: Run) -> list[str]:
-    """The config files of a finished run whose content changed since it ran (empty if none, or if the
-    run has not finished or recorded no digests)."""
+    """The config files of a finished run whose content changed since it ran (none if it recorded none)."""
     d = run_dir(sweep, run)
     if not ((d / DONE).is_file() and (d / SPEC).is_file()):
         return []
-    return changed_configs(json.loads((d / SPEC).read_text()), run_spec(run))
+    before, now = json.loads((d / SPEC).read_text()).get("config_digests") or {}, run_spec(run)
+    return [path for path, digest in now["config_digests"].items() if before.get(path, digest) != digest]
 
 
 def is_finished(sweep: Sweep, run: Run) -> bool:
     """The run completed (``DONE``) with the specification it has now.
 
-    Run ids name the grid point, not every override: a run done before the sweep file changed an
-    override (a new per-method lr in ``axis_overrides``) or one of its config files changed a value
-    keeps its id, and its recorded ``SPEC`` is what tells it apart; such a run is not finished and is
-    run again. A run directory without ``SPEC`` (written before it existed) counts by ``DONE`` alone.
-    """
+    Run ids name the grid point, not every override: a run done before an override (a new lr in
+    ``axis_overrides``) or a value in its config files changed keeps its id, and its recorded ``SPEC``
+    tells it apart: it is run again. A run without ``SPEC`` (older) counts by ``DONE`` alone."""
     d = run_dir(sweep, run)
     if not (d / DONE).is_file():
         return False
