@@ -329,8 +329,16 @@ def test_the_tuning_choice_is_the_best_value_per_method_and_the_first_on_a_tie(t
         ("shear", "0.0001"),  # tied with 0.0002: the first listed (the smaller lr) is kept
         ("hsd", "5e-05"),  # its 1e-4 run has no value
     ]
+    # grpo's and shear's choices have a tried rate on each side; hsd's only value is its choice
+    assert [c["bracketed"] for c in choices] == [True, True, False]
     text = choice.choice_text(axes, rows, "model.lr", "val/pass@1_final")
     assert "| grpo | 0.0001 | 0.300 | 0.400 | 0.350 |" in text and "| hsd | 5e-05 | 0.250 | - | - |" in text
+    assert "Not bracketed: hsd (the chosen model.lr is the smallest or largest" in text
+    # the largest rate tried is at the edge too, compared as numbers (5e-05 < 0.0001), not as text
+    top = [r | {"val/pass@1_final": "0.9"} if r["run_id"] == "c" else r for r in rows]
+    assert [c["bracketed"] for c in choice.choose_values(axes, top, "model.lr", "val/pass@1_final")][
+        0
+    ] is False
     block = text.split("```yaml\n")[1].split("```")[0]
     import yaml
 

@@ -33,7 +33,20 @@ def choose_values(axes: list[str], rows: list[dict], axis: str, by: str) -> list
             if chosen is None or m > means[chosen]:
                 chosen = v
         out.append({"cell": dict(zip(others, key)), "chosen": chosen, "means": means})
+        out[-1]["bracketed"] = _bracketed(chosen, list(means))
     return out
+
+
+def _bracketed(chosen: str | None, tried: list[str]) -> bool:
+    """Whether the cell tried a value on each side of its choice (numerically, else in grid order): a
+    best value at the edge of what was tried may only be the best of too narrow a range."""
+    if chosen is None:
+        return False
+    try:
+        key = {v: float(v) for v in tried}
+    except ValueError:
+        key = {v: i for i, v in enumerate(tried)}
+    return min(key.values()) < key[chosen] < max(key.values())
 
 
 def _number(label: str | None):
@@ -67,6 +80,12 @@ def choice_text(axes: list[str], rows: list[dict], axis: str, by: str) -> str:
         "first in the grid.\n",
         "\n".join(lines) + "\n",
     ]
+    edge = [names[a][str(v)] for c in choices if not c["bracketed"] for a, v in c["cell"].items()]
+    if edge:
+        text.append(
+            f"Not bracketed: {', '.join(edge)} (the chosen {axis} is the smallest or largest value the cell "
+            "ran, so a value beyond it may be better; run the next one on that side before using it).\n"
+        )
     if len(others) == 1:
         block = {others[0]: {list(c["cell"].values())[0]: {axis: _number(c["chosen"])} for c in choices}}
         dump = yaml.safe_dump({"axis_overrides": block}, sort_keys=False, default_flow_style=None)
