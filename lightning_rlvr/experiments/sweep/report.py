@@ -133,6 +133,14 @@ def _metric_by_seed(members: dict[str, dict], metric: str) -> dict[str, float]:
     return {s: float(r[metric]) for s, r in members.items() if r.get(metric) not in ("", None)}
 
 
+def rows_by_cell_and_seed(axes: list[str], rows: list[dict]) -> dict[tuple, dict[str, dict]]:
+    """{cell's axis values: {seed: row}}, cells in first-seen order."""
+    by_cell: dict[tuple, dict[str, dict]] = {}
+    for row in rows:
+        by_cell.setdefault(tuple(str(row[a]) for a in axes), {})[str(row.get("seed", ""))] = row
+    return by_cell
+
+
 def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSettings) -> list[dict]:
     """Every cell against the baseline cell with the same other axis values, paired by seed.
 
@@ -142,9 +150,7 @@ def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSetti
     before RL (a warm start trained again, on another machine or after a code change, can differ);
     "unpaired" lists the others as (seed, this start, the baseline's start).
     """
-    by_cell: dict[tuple, dict[str, dict]] = {}
-    for row in rows:
-        by_cell.setdefault(tuple(str(row[a]) for a in axes), {})[str(row.get("seed", ""))] = row
+    by_cell = rows_by_cell_and_seed(axes, rows)
     out = []
     for key, seeds in by_cell.items():
         cell = dict(zip(axes, key))
@@ -227,13 +233,10 @@ SAMPLES = "test/samples"  # how many samples it is the mean of (pass@1 x samples
 
 
 def per_seed_table(axes: list[str], rows: list[dict], settings: ReportSettings) -> str:
-    """Seed by seed, is a cell above the baseline beyond the noise of one evaluation? Each seed's test
-    pass@1 against the baseline's on the same seed and that value's Wilson interval over its test
-    samples; per cell, how many seeds are above the interval's upper end. Empty when the baseline's
-    runs did not record their sample count (runs tested before ``test/samples`` was logged)."""
-    by_cell: dict[tuple, dict[str, dict]] = {}
-    for row in rows:
-        by_cell.setdefault(tuple(str(row[a]) for a in axes), {})[str(row.get("seed", ""))] = row
+    """Each seed's test pass@1 against the baseline's on that seed and its Wilson interval over its test
+    samples, and per cell how many seeds are above it. Empty when the baseline's runs have no sample
+    count (tested before ``test/samples`` was logged)."""
+    by_cell = rows_by_cell_and_seed(axes, rows)
     pct = round(settings.level * 100)
     header = [*axes, "seed", PER_SEED, "baseline", f"baseline {pct}% Wilson interval", "above it"]
     lines, totals = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)], []
