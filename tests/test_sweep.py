@@ -184,20 +184,31 @@ def test_nested_overrides_into_mappings_and_new_sections_are_merged():
 
 
 def test_sweep_modules_import_without_a_cycle():
-    """run -> report -> rows -> spec (and stats, and curves for its plots); spec, rows, report and curves
-    never import run, and spec and curves import nothing of the project but ``core`` (the bottom floor)."""
+    """run -> report -> rows -> identity -> spec -> claims -> stats (and curves for the plots); none of them
+    imports run, spec only the claims it parses, and claims and curves nothing of the project but ``stats``
+    and ``core`` (the bottom floor)."""
     from tests.test_layers import import_graph
 
     pkg = "lightning_rlvr.experiments."
     graph = import_graph()
     imports = {
         name: {m.removeprefix(pkg) for m in graph[pkg + name] if not m.startswith("lightning_rlvr.core.")}
-        for name in ("sweep.run", "sweep.report", "sweep.rows", "sweep.spec", "sweep.curves")
+        for name in (
+            "sweep.run",
+            "sweep.report",
+            "sweep.rows",
+            "sweep.identity",
+            "sweep.spec",
+            "sweep.claims",
+        )
+        + ("sweep.curves",)
     }
-    assert imports["sweep.spec"] == set() and imports["sweep.curves"] == set()
-    assert imports["sweep.report"] == {"sweep.rows", "sweep.choice", "sweep.spec", "stats", "sweep.curves"}
-    assert imports["sweep.rows"] == {"sweep.spec", "stats"}  # statistics: one place
-    assert "sweep.run" not in imports["sweep.report"] | imports["sweep.rows"] | imports["sweep.spec"]
+    assert imports["sweep.spec"] == {"sweep.claims"} and imports["sweep.curves"] == set()
+    assert imports["sweep.claims"] == {"stats"} and imports["sweep.identity"] == {"sweep.spec"}
+    report = {"sweep.rows", "sweep.choice", "sweep.claims", "sweep.spec", "stats", "sweep.curves"}
+    assert imports["sweep.report"] == report
+    assert imports["sweep.rows"] == {"sweep.identity", "sweep.spec", "stats"}  # statistics: one place
+    assert not any("sweep.run" in imports[m] for m in imports if m != "sweep.run")
     from lightning_rlvr.experiments.sweep import report as sweep_report
     from lightning_rlvr.experiments.sweep import spec as sweep_spec
 

@@ -90,6 +90,7 @@ class PairedComparison:
     high: float
     p_value: float
     mdd: float  # at ``power`` and ``alpha``
+    sd: float = math.nan  # standard deviation of the n differences (nan for n < 2)
 
     @property
     def separated(self) -> bool:
@@ -114,7 +115,26 @@ def paired_comparison(
         p = 1.0 if mean == 0 else 0.0
     else:
         p = float(2 * t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
-    return PairedComparison(n, mean, low, high, p, min_detectable_difference(sd, n, power, 1 - level))
+    return PairedComparison(n, mean, low, high, p, min_detectable_difference(sd, n, power, 1 - level), sd)
+
+
+def seeds_needed(
+    effect: float, sd: float, power: float = 0.8, alpha: float = 0.05, most: int = 10_000
+) -> int | None:
+    """The fewest pairs (at least 2) with which the paired t-test detects a true mean difference ``effect``
+    with probability ``power``, at the differences' standard deviation ``sd``; None past ``most``, or when
+    it is undefined (no effect, or an sd that is 0 or not finite)."""
+    if not (effect != 0 and math.isfinite(effect) and math.isfinite(sd) and sd > 0):
+        return None
+    if t_power(effect, sd, most, alpha) < power:
+        return None
+    low, high = 1, 2  # power(low) < power <= power(high); power rises with n
+    while t_power(effect, sd, high, alpha) < power:
+        low, high = high, min(2 * high, most)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if t_power(effect, sd, mid, alpha) < power else (low, mid)
+    return high
 
 
 def wilson_interval(successes: float, n: float, level: float = 0.95) -> tuple[float, float, float]:

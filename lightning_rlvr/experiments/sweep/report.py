@@ -39,6 +39,7 @@ from pathlib import Path
 from ...core.files import write_text
 from ..stats import paired_comparison, t_interval, t_quantile, time_to_reach, wilson_interval  # noqa: F401
 from .choice import choice_text
+from .claims import claims_section, is_fraction
 from .curves import SMOOTH, plot_curves, write_curves_csv
 from .rows import (
     START,
@@ -51,12 +52,7 @@ from .rows import (
     run_row,
     write_results_csv,
 )
-from .spec import (
-    ReportSettings,
-    Run,
-    Sweep,
-    axis_label,
-)
+from .spec import ReportSettings, Run, Sweep, axis_label
 
 
 def _metric_columns(rows: list[dict]) -> list[tuple[str, str, int]]:
@@ -125,10 +121,6 @@ def time_to_target_column(axes: list[str], rows: list[dict], target: float) -> l
     return out
 
 
-def _is_fraction(metric: str) -> bool:
-    return "pass@" in metric or metric.startswith(("val/", "test/", "train/reward"))
-
-
 def _metric_by_seed(members: dict[str, dict], metric: str) -> dict[str, float]:
     return {s: float(r[metric]) for s, r in members.items() if r.get(metric) not in ("", None)}
 
@@ -144,7 +136,8 @@ def rows_by_cell_and_seed(axes: list[str], rows: list[dict]) -> dict[tuple, dict
 def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSettings) -> list[dict]:
     """Every cell against the baseline cell with the same other axis values, paired by seed.
 
-    One entry per (cell, metric): {"cell", "metric", "comparison" (``PairedComparison``), "unpaired"},
+    One entry per (cell, metric): {"cell", "metric", "comparison" (``PairedComparison``), "unpaired",
+    "baseline_mean" (the baseline's mean on the paired seeds)},
     cells in first-seen order. Cells whose baseline counterpart has no finished run are left out.
     A seed pairs only when both runs started from the same warm start, read as the same val pass@1
     before RL (a warm start trained again, on another machine or after a code change, can differ);
@@ -172,7 +165,10 @@ def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSetti
             if not (x or unpaired) or not y:
                 continue
             comparison = paired_comparison(x, y, settings.level, settings.power)
+            paired = [y[s] for s in x if s in y]  # the baseline on the paired seeds: a relative claim's scale
+            mean = sum(paired) / len(paired) if paired else math.nan
             out.append({"cell": cell, "metric": metric, "comparison": comparison, "unpaired": unpaired})
+            out[-1]["baseline_mean"] = mean
     return out
 
 
@@ -213,7 +209,7 @@ def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings
     names = display_names(axes, rows)
     for entry in compare_to_baseline(axes, rows, settings):
         c, metric = entry["comparison"], entry["metric"]
-        scale, unit, dec = (100.0, " points", 1) if _is_fraction(metric) else (1.0, "", 3)
+        scale, unit, dec = (100.0, " points", 1) if is_fraction(metric) else (1.0, "", 3)
         if c.n >= 2 and not _no_spread(c):
             diff = f"{c.diff * scale:+.{dec}f} [{c.low * scale:+.{dec}f}, {c.high * scale:+.{dec}f}]"
             p, mdd = f"{c.p_value:.3f}", f"{c.mdd * scale:.{dec}f}"
@@ -390,6 +386,9 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
         seeds = per_seed_table(axes, rows, settings)
         if seeds:
             text += ["## Seed by seed against the baseline\n", seeds]
+        if settings.claims:
+            entries = compare_to_baseline(axes, rows + included, settings)
+            text.append(claims_section(settings.claims, entries, settings.level, settings.power))
     if settings.choose:
         text.append(choice_text(axes, rows, settings.choose, settings.choose_by))
     text.append("![learning curves](curves.png)\n")

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ...core.files import atomic_file
 from ..stats import time_to_reach
-from .spec import CREDIT_EVAL, DONE, TEST_METRICS, Run, Sweep, is_finished, run_dir
+from .identity import is_finished
+from .spec import CREDIT_EVAL, DONE, TEST_METRICS, Run, Sweep, run_dir
 
 TAIL = 10  # steps averaged for the final train reward
 STEP_TIME_KEYS = ("time/rollout_s", "time/score_s", "time/credit_s", "time/update_s")  # one RL step

@@ -52,6 +52,7 @@ from .commands import (
     warm_start_groups,
     warmup_command,
 )
+from .identity import stale_configs
 from .report import write_report
 from .runner import (
     CommandRunner,
@@ -74,12 +75,9 @@ from .spec import (  # noqa: F401 - re-exported: the sweep API in one place
     SweepError,
     axis_label,
     expand,
-    is_finished,
     load_sweep,
     lock_path,
     run_dir,
-    run_spec,
-    stale_configs,
 )
 
 log = logging.getLogger("lightning_rlvr.experiments.sweep.run")

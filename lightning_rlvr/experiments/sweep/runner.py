@@ -29,6 +29,7 @@ from ...core.files import write_text
 from ...core.process import FIT_REPORT_ENV, child_env, locked
 from .archive import archive_run
 from .commands import fit_command, shell_line, test_command, warm_start_groups, warmup_command
+from .identity import is_finished, run_spec, same_spec
 from .resume import fit_seconds_before, interrupted_fit, set_aside_logs
 from .spec import (
     DONE,
@@ -37,11 +38,8 @@ from .spec import (
     TEST_METRICS,
     Run,
     Sweep,
-    is_finished,
     lock_path,
     run_dir,
-    run_spec,
-    same_spec,
 )
 
 log = logging.getLogger("lightning_rlvr.experiments.sweep.run")  # the sweep's one log, as run.py's

@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from .claims import Claim, parse_claims
+
 CONFIG_AXIS = "config"
 DONE = "DONE"  # written last in a run directory: the run and its evaluation completed
 FIT_DONE = "fit.done"  # the fit completed (a resumed sweep then only reruns the test)
@@ -41,6 +43,7 @@ CREDIT_EVAL = "credit_eval.csv"  # optional: lightning-rlvr-credit-eval on the f
 SWEEP_KEYS = {"name", "out", "report_dir", "configs", "overrides", "grid", "test_overrides", "env", "jobs"}
 SWEEP_KEYS |= {"seed_key", "slurm", "axis_overrides", "report"}
 REPORT_KEYS = {"baseline", "compare", "target_accuracy", "level", "power", "choose", "choose_by", "include"}
+REPORT_KEYS |= {"claims"}
 
 
 class SweepError(ValueError):
@@ -70,6 +73,7 @@ class ReportSettings:
         include: other sweeps' results.csv files whose cells (those this sweep lacks) are compared
             with this sweep's baseline too, paired by seed and warm start: a baseline rerun (a control)
             gives the main sweep's methods a partner. Their rows join the comparison only.
+        claims: papers' claims about cells against the baseline, judged in the report (``claims.Claim``).
     """
 
     baseline: dict[str, str] = field(default_factory=dict)
@@ -80,6 +84,7 @@ class ReportSettings:
     choose: str | None = None
     choose_by: str = "val/pass@1_final"
     include: list[Path] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
 
 
 @dataclass
@@ -121,50 +126,6 @@ def run_dir(sweep: Sweep, run: Run) -> Path:
 def lock_path(sweep: Sweep, run: Run) -> Path:
     """The run's lock, held by whatever runs it (beside the run directory, which a restart removes)."""
     return sweep.out / ".locks" / f"{run.run_id}.lock"
-
-
-def config_digest(path: str) -> str:
-    """A hash of the parsed YAML: a comment or layout edit changes nothing, a value does."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
-        return "missing"
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def run_spec(run: Run) -> dict:
-    """What a run is (config files, their digests, overrides), as it reads back from ``SPEC``."""
-    spec = {"configs": list(run.configs), "overrides": run.overrides}
-    spec["config_digests"] = {path: config_digest(path) for path in run.configs}
-    return json.loads(json.dumps(spec, default=str))
-
-
-def same_spec(recorded: dict, now: dict) -> bool:
-    """A recorded ``SPEC`` is the run now; one recorded before digests existed matches on the rest."""
-    if "config_digests" not in recorded:
-        now = {k: v for k, v in now.items() if k != "config_digests"}
-    return recorded == now
-
-
-def stale_configs(sweep: Sweep, run: Run) -> list[str]:
-    """The config files of a finished run whose content changed since it ran (none if it recorded none)."""
-    d = run_dir(sweep, run)
-    if not ((d / DONE).is_file() and (d / SPEC).is_file()):
-        return []
-    before, now = json.loads((d / SPEC).read_text()).get("config_digests") or {}, run_spec(run)
-    return [path for path, digest in now["config_digests"].items() if before.get(path, digest) != digest]
-
-
-def is_finished(sweep: Sweep, run: Run) -> bool:
-    """The run completed (``DONE``) with the specification it has now.
-
-    Run ids name the grid point, not every override: a run done before an override (a new lr in
-    ``axis_overrides``) or a value in its config files changed keeps its id, and its recorded ``SPEC``
-    tells it apart: it is run again. A run without ``SPEC`` (older) counts by ``DONE`` alone."""
-    d = run_dir(sweep, run)
-    if not (d / DONE).is_file():
-        return False
-    return not (d / SPEC).is_file() or same_spec(json.loads((d / SPEC).read_text()), run_spec(run))
 
 
 def _is_config_axis(key: str) -> bool:
@@ -326,7 +287,13 @@ def _report_settings(path: Path, raw: Any, grid: dict[str, list], seed_key: str)
     include = [include] if isinstance(include, str) else include
     if not isinstance(include, list) or not all(isinstance(f, str) for f in include):
         raise SweepError(f"{path}: report.include must be a list of results.csv paths, got {include!r}")
-    return ReportSettings(baseline, compare, target, level, power, choose, by, [Path(f) for f in include])
+    try:
+        claims = parse_claims(raw.get("claims", []), {a: labels for a, (_, labels) in axes.items()}, compare)
+    except ValueError as err:
+        raise SweepError(f"{path}: report.{err}") from None
+    return ReportSettings(
+        baseline, compare, target, level, power, choose, by, [Path(f) for f in include], claims
+    )
 
 
 # ---------------------------------------------------------------------------- grid expansion

@@ -1,0 +1,60 @@
+"""Whether a run directory holds the run a sweep file describes now: its recorded spec and markers.
+
+Layer: experiments (imports ``spec``). A run records ``SPEC`` (its config files, a digest of each
+file's parsed YAML, its overrides) when its fit starts; ``is_finished`` and the runner compare it with
+the sweep file as it reads now, so a run whose overrides or config values changed runs again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+
+from .spec import DONE, SPEC, Run, Sweep, run_dir
+
+
+def config_digest(path: str) -> str:
+    """A hash of the parsed YAML: a comment or layout edit changes nothing, a value does."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return "missing"
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def run_spec(run: Run) -> dict:
+    """What a run is (config files, their digests, overrides), as it reads back from ``SPEC``."""
+    spec = {"configs": list(run.configs), "overrides": run.overrides}
+    spec["config_digests"] = {path: config_digest(path) for path in run.configs}
+    return json.loads(json.dumps(spec, default=str))
+
+
+def same_spec(recorded: dict, now: dict) -> bool:
+    """A recorded ``SPEC`` is the run now; one recorded before digests existed matches on the rest."""
+    if "config_digests" not in recorded:
+        now = {k: v for k, v in now.items() if k != "config_digests"}
+    return recorded == now
+
+
+def stale_configs(sweep: Sweep, run: Run) -> list[str]:
+    """The config files of a finished run whose content changed since it ran (none if it recorded none)."""
+    d = run_dir(sweep, run)
+    if not ((d / DONE).is_file() and (d / SPEC).is_file()):
+        return []
+    before, now = json.loads((d / SPEC).read_text()).get("config_digests") or {}, run_spec(run)
+    return [path for path, digest in now["config_digests"].items() if before.get(path, digest) != digest]
+
+
+def is_finished(sweep: Sweep, run: Run) -> bool:
+    """The run completed (``DONE``) with the specification it has now.
+
+    Run ids name the grid point, not every override: a run done before an override (a new lr in
+    ``axis_overrides``) or a value in its config files changed keeps its id, and its recorded ``SPEC``
+    tells it apart: it is run again. A run without ``SPEC`` (older) counts by ``DONE`` alone."""
+    d = run_dir(sweep, run)
+    if not (d / DONE).is_file():
+        return False
+    return not (d / SPEC).is_file() or same_spec(json.loads((d / SPEC).read_text()), run_spec(run))
