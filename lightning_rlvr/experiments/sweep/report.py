@@ -39,7 +39,7 @@ from pathlib import Path
 from ...core.files import write_text
 from ..stats import paired_comparison, t_interval, t_quantile, time_to_reach, wilson_interval  # noqa: F401
 from .choice import choice_text
-from .claims import claims_section, is_fraction
+from .claims import claims_section, comparison_cells, is_fraction, no_spread
 from .curves import SMOOTH, plot_curves, write_curves_csv
 from .rows import (
     START,
@@ -167,15 +167,9 @@ def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSetti
             comparison = paired_comparison(x, y, settings.level, settings.power)
             paired = [y[s] for s in x if s in y]  # the baseline on the paired seeds: a relative claim's scale
             mean = sum(paired) / len(paired) if paired else math.nan
-            out.append({"cell": cell, "metric": metric, "comparison": comparison, "unpaired": unpaired})
-            out[-1]["baseline_mean"] = mean
+            entry = {"cell": cell, "metric": metric, "comparison": comparison, "unpaired": unpaired}
+            out.append({**entry, "baseline_mean": mean})
     return out
-
-
-def _no_spread(c) -> bool:
-    """Identical non-zero differences on every seed: the t-test has no spread to work with (a coincidence
-    that a few seeds and a coarse metric make likely: pass@1 on 512 samples moves in steps of 1/512)."""
-    return c.n >= 2 and c.mdd == 0 and c.diff != 0
 
 
 def verdict(c, scale: float, unit: str, unpaired: Sequence[tuple[str, str, str]] = ()) -> str:
@@ -194,7 +188,7 @@ def verdict(c, scale: float, unit: str, unpaired: Sequence[tuple[str, str, str]]
 def _verdict(c, scale: float, unit: str) -> str:
     if c.n < 2:
         return f"undecided ({c.n} paired seed{'s' if c.n != 1 else ''})"
-    if _no_spread(c):
+    if no_spread(c):
         return "undecided (every seed differs by exactly this: no spread to test)"
     if c.separated:
         return "better" if c.diff > 0 else "worse"
@@ -210,11 +204,7 @@ def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings
     for entry in compare_to_baseline(axes, rows, settings):
         c, metric = entry["comparison"], entry["metric"]
         scale, unit, dec = (100.0, " points", 1) if is_fraction(metric) else (1.0, "", 3)
-        if c.n >= 2 and not _no_spread(c):
-            diff = f"{c.diff * scale:+.{dec}f} [{c.low * scale:+.{dec}f}, {c.high * scale:+.{dec}f}]"
-            p, mdd = f"{c.p_value:.3f}", f"{c.mdd * scale:.{dec}f}"
-        else:  # no interval to give
-            diff, p, mdd = (f"{c.diff * scale:+.{dec}f}" if c.n else "-"), "-", "-"
+        diff, p, mdd = comparison_cells(c, scale, dec)
         cells = [names[a][entry["cell"][a]] for a in axes]
         lines.append(
             "| "
