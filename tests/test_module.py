@@ -152,3 +152,24 @@ def test_one_switch_turns_prompt_sharing_off_in_the_update_and_the_scorer():
     module = tiny_module(task=AdditionTask(digits=1), share_prompts=False)
     assert module.scorer(module.model, None).share_prompts is False
     assert tiny_module(task=AdditionTask(digits=1)).scorer(None, None).share_prompts is True
+
+
+def test_how_often_validation_runs_does_not_change_training(tmp_path):
+    """Validation samples from a forked RNG and its loaders draw from their own generators, so a run that
+    validates every step trains exactly as one that never does (a sweep may validate more often than the
+    lr tuning that chose its rates)."""
+    weights = []
+    for every in (1, None):
+        torch.manual_seed(0)
+        module = tiny_module(task=EvenLengthTask(), validate_at_start=every is not None)  # mixed groups
+        start = {k: v.clone() for k, v in module.state_dict().items()}
+        Trainer(
+            max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path,
+            limit_val_batches=1 if every else 0, val_check_interval=every or 1,
+        ).fit(module, RLVRDataModule(batch_size=2, val_size=2, eval_batch_size=2))  # fmt: skip
+        weights.append({k: v.clone() for k, v in module.state_dict().items()})
+        assert module.rl_step == 3 and any(not torch.equal(v, start[k]) for k, v in weights[-1].items())
+    assert weights[0].keys() == weights[1].keys()
+    for k in weights[0]:
+        assert torch.equal(weights[0][k], weights[1][k]), k
