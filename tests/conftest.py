@@ -1,4 +1,4 @@
-"""Shared test fixtures: an isolated warm-start cache and an in-process CLI runner."""
+"""Shared test fixtures: an isolated warm-start cache, an in-process CLI runner and a small sweep file."""
 
 from __future__ import annotations
 
@@ -52,3 +52,27 @@ def run_cli(tmp_path):
         return cli_run(args + list(extra))
 
     return run
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def grid_sweep(tmp_path, monkeypatch):
+    """A sweep in tmp_path over two method files x two learning rates x three seeds."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "base.yaml", "model:\n  group_size: 4\n")
+    write(tmp_path / "method" / "alpha.yaml", "model:\n  loss:\n    init_args: {loss_agg: seq_mean}\n")
+    write(tmp_path / "method" / "beta.yaml", "model:\n  loss:\n    init_args: {loss_agg: token_mean}\n")
+    return write(
+        tmp_path / "grid.yaml",
+        "configs: [base.yaml]\n"
+        "overrides: {trainer.max_steps: 3}\n"
+        "grid:\n"
+        '  "config:method": [method/beta.yaml, "method/*.yaml"]\n'
+        "  model.lr: [1.0e-4, 5.0e-5]\n"
+        "  seed_everything: [0, 1, 2]\n",
+    )

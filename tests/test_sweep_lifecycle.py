@@ -1,0 +1,360 @@
+"""A sweep's runs over time: dry run, resume after a kill, two sweeps on one directory, the run archive
+that resumes on a fresh clone, changed configs, warm starts, launchers, an interrupted fit and Ctrl-C."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_rlvr.core.process import FIT_REPORT_ENV
+from lightning_rlvr.experiments.sweep import commands as swc
+from lightning_rlvr.experiments.sweep import run as sw
+from lightning_rlvr.experiments.sweep import runner as swr
+from tests.conftest import REPO, TINY, write
+from tests.test_sweep_report import write_credit_eval
+
+
+def test_dry_run_prints_the_commands_and_runs_nothing(grid_sweep, tmp_path, capsys):
+    calls = []
+    code = sw.main([str(grid_sweep), "--dry-run", "--out", "out"], runner=lambda *a: calls.append(a) or 0)
+    assert code == 0 and calls == [] and not (tmp_path / "out").exists()
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 * 12  # no warm start configured here, so a fit and a test per run
+    first_fit, first_test = lines[0], lines[1]  # seed by seed: the runs of seed 0 come first
+    assert all("--seed_everything 0" in line for line in lines[:8:2])
+    assert "lightning-rlvr fit --config base.yaml --config method/beta.yaml" in first_fit
+    assert "--trainer.max_steps 3 --model.lr 0.0001 --seed_everything 0" in first_fit
+    assert "--checkpoint.dirpath out/beta__lr=0.0001__seed=0/checkpoints" in first_fit
+    assert "lightning-rlvr test --ckpt_path out/beta__lr=0.0001__seed=0/checkpoints/last.ckpt" in first_test
+    assert len({line for line in lines if " fit " in line}) == 12  # one distinct fit per run
+    assert len({line for line in lines if " test " in line}) == 12
+
+
+class FakeLightning:
+    """Stands in for ``lightning-rlvr``: writes what fit and test would write, can die on one run."""
+
+    def __init__(self, kill_at: str | None = None, fail_test_at: str | None = None) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.kill_at, self.fail_test_at = kill_at, fail_test_at
+
+    def __call__(self, argv: list[str], log_path: Path, env: dict[str, str]) -> int:
+        run = log_path.parent
+        self.calls.append((argv[0], run.name))
+        if run.name == "_warmup":
+            return 0  # the warm-start job
+        if argv[0] == "fit":
+            if run.name == self.kill_at:
+                raise KeyboardInterrupt  # the sweep is killed in the middle of this run's fit
+            (run / "checkpoints").mkdir(parents=True)
+            (run / "checkpoints" / "last.ckpt").write_text("ckpt")
+            report = {"ckpt_path": str(run / "checkpoints" / "last.ckpt")}
+            write(Path(env[FIT_REPORT_ENV]), json.dumps(report))  # what the fit reports (cli.after_fit)
+            write(
+                run / "logs" / "fit" / "metrics.csv",
+                "step,train/reward_mean,val/pass@1\n0,,0.25\n0,0.5,\n1,0.75,\n",
+            )
+            return 0
+        if run.name == self.fail_test_at:
+            return 1
+        write(run / "logs" / "test" / "metrics.csv", "epoch,step,test/pass@1,test/pass@2\n0,2,0.5,0.625\n")
+        return 0
+
+
+def test_a_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    write(tmp_path / "m" / "two.yaml", "model: {lr: 2.0e-4}\n")
+    path = write(
+        tmp_path / "s.yaml",
+        "out: out\ngrid:\n  config: [m/one.yaml, m/two.yaml]\n  seed_everything: [0, 1]\n",
+    )
+    # seed by seed: one__seed=0, two__seed=0, one__seed=1 (killed here), two__seed=1
+    first = FakeLightning(kill_at="one__seed=1")
+    with pytest.raises(KeyboardInterrupt):
+        sw.main([str(path), "--jobs", "1"], runner=first)
+    done = sorted(p.parent.name for p in (tmp_path / "out").glob("*/DONE"))
+    assert done == ["one__seed=0", "two__seed=0"]
+    assert json.loads((tmp_path / "out" / "one__seed=0" / "test_metrics.json").read_text()) == {
+        "test/pass@1": 0.5,
+        "test/pass@2": 0.625,
+    }
+    second = FakeLightning(fail_test_at="two__seed=1")
+    assert sw.main([str(path), "--jobs", "1"], runner=second) == 1  # one run still fails its test
+    assert second.calls == [("fit", "one__seed=1"), ("test", "one__seed=1"), ("fit", "two__seed=1"),
+                            ("test", "two__seed=1")]  # fmt: skip
+    third = FakeLightning()
+    assert sw.main([str(path), "--jobs", "2"], runner=third) == 0
+    assert third.calls == [("test", "two__seed=1")]  # its fit had finished: only the test reruns
+    with open(tmp_path / "out" / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["run_id"] for r in rows) == ["one__seed=0", "one__seed=1", "two__seed=0", "two__seed=1"]
+    assert {r["test/pass@1"] for r in rows} == {"0.5"}
+
+
+def test_a_second_sweep_on_the_same_directory_leaves_the_runs_in_progress_to_the_first(tmp_path, monkeypatch):
+    """Launched twice, the second invocation used to delete the first's unfinished run directory and run
+    it again beside it; now each run is locked by the process running it and the other skips it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(swr, "LOCK_WAIT_S", 0.1)  # the first is alive: waiting longer changes nothing
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    path = write(tmp_path / "s.yaml", "out: out\ngrid:\n  config: [m/one.yaml]\n  seed_everything: [0, 1]\n")
+    second = FakeLightning()
+    inner: list[int] = []
+
+    class First(FakeLightning):
+        def __call__(self, argv, log_path, env):
+            if argv[0] == "fit" and log_path.parent.name == "one__seed=0":
+                write(log_path.parent / "partial.txt", "half a fit")
+                inner.append(sw.main([str(path), "--jobs", "1"], runner=second))  # launched again meanwhile
+                assert (log_path.parent / "partial.txt").read_text() == "half a fit"  # not deleted under us
+            return super().__call__(argv, log_path, env)
+
+    first = First()
+    assert sw.main([str(path), "--jobs", "1"], runner=first) == 0
+    assert inner == [1]  # the second could not finish one__seed=0: the first was running it
+    assert ("fit", "one__seed=0") not in second.calls and ("fit", "one__seed=1") in second.calls
+    assert [c for c in first.calls if c[1] != "_warmup"] == [("fit", "one__seed=0"), ("test", "one__seed=0")]
+    assert sorted(p.parent.name for p in (tmp_path / "out").glob("*/DONE")) == ["one__seed=0", "one__seed=1"]
+
+
+@pytest.mark.parametrize("report_dir", ["report", None])  # a report directory of its own, or ``out``
+def test_a_sweep_resumes_on_a_fresh_machine_from_the_runs_archived_with_its_report(
+    tmp_path, monkeypatch, report_dir
+):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    write(tmp_path / "m" / "two.yaml", "model: {lr: 2.0e-4}\n")
+    text = "out: out\ngrid:\n  config: [m/one.yaml, m/two.yaml]\n  seed_everything: [0, 1]\n"
+    path = write(tmp_path / "s.yaml", text + (f"report_dir: {report_dir}\n" if report_dir else ""))
+    with pytest.raises(KeyboardInterrupt):  # killed in its third run
+        sw.main([str(path), "--jobs", "1"], runner=FakeLightning(kill_at="one__seed=1"))
+    report = tmp_path / (report_dir or "out")
+    archived = sorted(p.parent.name for p in (report / "runs").glob("*/DONE"))
+    assert archived == ["one__seed=0", "two__seed=0"]
+    kept = sorted(str(p.relative_to(report / "runs" / "one__seed=0")) for p in report.glob("runs/one*/**/*"))
+    assert "checkpoints" not in " ".join(kept) and "logs/fit/metrics.csv" in kept
+    if report_dir:  # a fresh clone: the run directories are gone, the committed report is not
+        shutil.rmtree(tmp_path / "out")
+    else:  # the unfinished run's directory survives; only the finished ones' large files are lost
+        for run in ("one__seed=0", "two__seed=0"):
+            shutil.rmtree(tmp_path / "out" / run)
+    again = FakeLightning()
+    assert sw.main([str(path), "--jobs", "1"], runner=again) == 0
+    assert [c for c in again.calls if c[1] != "_warmup"] == [
+        ("fit", "one__seed=1"), ("test", "one__seed=1"), ("fit", "two__seed=1"), ("test", "two__seed=1"),
+    ]  # fmt: skip
+    with open(report / "results.csv") as f:
+        rows = {r["run_id"]: r for r in csv.DictReader(f)}
+    assert sorted(rows) == ["one__seed=0", "one__seed=1", "two__seed=0", "two__seed=1"]
+    assert rows["one__seed=0"]["test/pass@1"] == rows["one__seed=1"]["test/pass@1"] == "0.5"
+    shutil.rmtree(tmp_path / "out")
+    write(path, path.read_text() + "overrides: {trainer.max_steps: 7}\n")  # archived under another spec:
+    third = FakeLightning()  # every run is run again
+    assert sw.main([str(path), "--jobs", "1"], runner=third) == 0
+    assert len([c for c in third.calls if c[0] == "fit"]) == 4
+
+
+def test_a_run_done_with_another_lr_is_run_again_and_the_others_are_kept(grid_sweep):
+    text = grid_sweep.read_text().replace("  model.lr: [1.0e-4, 5.0e-5]\n", "").replace("[0, 1, 2]", "[0]")
+    write(grid_sweep, text + "out: out\naxis_overrides:\n  method:\n    alpha: {model.lr: 2.0e-4}\n")
+    assert sw.main([str(grid_sweep)], runner=FakeLightning()) == 0
+    again = FakeLightning()
+    assert sw.main([str(grid_sweep)], runner=again) == 0 and again.calls == []  # all done: nothing runs
+    write(grid_sweep, grid_sweep.read_text().replace("2.0e-4", "4.0e-4"))  # the tuning chose another lr
+    sweep = sw.load_sweep(grid_sweep)
+    assert [swr.is_done(sweep, r) for r in sw.expand(sweep)] == [True, False]  # beta, alpha
+    third = FakeLightning()
+    assert sw.main([str(grid_sweep)], runner=third) == 0
+    assert [c for c in third.calls if c[1] != "_warmup"] == [
+        ("fit", "alpha__seed=0"),
+        ("test", "alpha__seed=0"),
+    ]
+    spec = json.loads((sweep.out / "alpha__seed=0" / sw.SPEC).read_text())
+    assert ["model.lr", 4.0e-4] in spec["overrides"]
+
+
+def test_a_run_whose_config_changed_a_value_is_run_again_and_a_comment_changes_nothing(grid_sweep, caplog):
+    text = grid_sweep.read_text().replace("  model.lr: [1.0e-4, 5.0e-5]\n", "").replace("[0, 1, 2]", "[0]")
+    write(grid_sweep, text + "out: out\n")
+    assert sw.main([str(grid_sweep)], runner=FakeLightning()) == 0
+    alpha = grid_sweep.parent / "method" / "alpha.yaml"
+    # a comment and another layout say the same: every run stays finished
+    write(alpha, "# the sequence-mean method\nmodel:\n  loss: {init_args: {loss_agg: seq_mean}}\n")
+    again = FakeLightning()
+    assert sw.main([str(grid_sweep)], runner=again) == 0 and again.calls == []
+    # a value changed in one method file: its run is stale, named in the log, and run again; beta's is kept
+    write(alpha, "model:\n  loss: {init_args: {loss_agg: token_mean}}\n")
+    sweep = sw.load_sweep(grid_sweep)
+    assert [swr.is_done(sweep, r) for r in sw.expand(sweep)] == [True, False]  # beta, alpha
+    third = FakeLightning()
+    with caplog.at_level("WARNING"):
+        assert sw.main([str(grid_sweep)], runner=third) == 0
+    ran = [c for c in third.calls if c[1] != "_warmup"]
+    assert ran == [("fit", "alpha__seed=0"), ("test", "alpha__seed=0")]
+    assert "alpha__seed=0 finished with other contents of method/alpha.yaml: it runs again" in caplog.text
+    # a spec recorded before digests existed counts by its files' names and overrides, as it did
+    spec_path = sweep.out / "beta__seed=0" / sw.SPEC
+    spec = json.loads(spec_path.read_text())
+    write(spec_path, json.dumps({k: v for k, v in spec.items() if k != "config_digests"}))
+    write(grid_sweep.parent / "base.yaml", "model:\n  group_size: 8\n")
+    # beta's spec cannot tell, so it stays finished; alpha's records the old base.yaml: stale
+    assert [swr.is_done(sweep, r) for r in sw.expand(sweep)] == [True, False]
+
+
+def test_warm_start_runs_once_per_setting_before_the_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    path = write(
+        tmp_path / "s.yaml",
+        f"out: {tmp_path / 'out'}\nconfigs: [configs/quickstart.yaml]\n"
+        "grid:\n  config: [configs/method/grpo.yaml, configs/method/dr_grpo.yaml]\n"
+        "  model.task.init_args.digits: [2, 3]\n",
+    )
+    runs = sw.expand(sw.load_sweep(path))
+    groups = swc.warm_start_groups(runs)
+    assert len(groups) == 2  # the task differs; the method does not change the warm start
+    fake = FakeLightning()
+    assert sw.main([str(path), "--jobs", "2"], runner=fake) == 0
+    assert [c[0] for c in fake.calls[:2]] == ["fit", "fit"] and all(c[1] == "_warmup" for c in fake.calls[:2])
+    assert len(fake.calls) == 2 + 2 * len(runs)
+    fake.calls.clear()
+    assert sw.main([str(path)], runner=fake) == 0 and fake.calls == []  # all done: nothing runs at all
+
+
+def test_submitit_launcher_runs_every_run(tmp_path, monkeypatch):
+    """The cluster path through submitit's ``debug`` executor (same API as SLURM, run in this process)."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    path = write(tmp_path / "s.yaml", "out: out\nslurm: {timeout_min: 5}\ngrid:\n  config: [m/one.yaml]\n"
+                 "  seed_everything: [0, 1]\n")  # fmt: skip
+    fake = FakeLightning()
+    assert sw.main([str(path), "--launcher", "debug", "--slurm", "slurm_partition=x"], runner=fake) == 0
+    assert sorted(fake.calls) == [("fit", "one__seed=0"), ("fit", "one__seed=1"), ("test", "one__seed=0"),
+                                  ("test", "one__seed=1")]  # fmt: skip
+    assert sorted(p.parent.name for p in (tmp_path / "out").glob("*/DONE")) == ["one__seed=0", "one__seed=1"]
+
+
+def test_the_run_archive_under_a_report_directory_is_committed_not_ignored():
+    """A fresh clone resumes only from archived runs git keeps (a bare ``runs/`` ignore rule hid them)."""
+    from lightning_rlvr.experiments.sweep.archive import ARCHIVE
+
+    archived = f"sweeps/results/any_sweep/{ARCHIVE}/grpo__seed=0/logs/fit/version_0/metrics.csv"
+    for path in (archived, f"sweeps/results/any_sweep/{ARCHIVE}/grpo__seed=0/DONE"):
+        check = subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO)
+        assert check.returncode == 1, f"{path} is ignored by .gitignore"
+    assert subprocess.run(["git", "check-ignore", "-q", "runs/sweeps/x/DONE"], cwd=REPO).returncode == 0
+
+
+def test_a_credit_eval_added_after_a_run_is_archived_and_survives_a_fresh_clone(tmp_path, monkeypatch):
+    """The credit lab scores a final checkpoint after its run is done; the next report archives the
+    credit_eval.csv with the run, so the report's credit columns come back on a fresh clone."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    path = write(
+        tmp_path / "s.yaml",
+        "out: out\nreport_dir: rep\ngrid:\n  config: [m/one.yaml]\n  seed_everything: [0, 1]\n",
+    )
+    assert sw.main([str(path), "--jobs", "1"], runner=FakeLightning()) == 0
+    write_credit_eval(tmp_path / "out" / "one__seed=1" / "credit_eval.csv", [("one", 0.25, 0.5, 0.75)])
+    assert sw.main([str(path), "--report-only"], runner=FakeLightning()) == 0
+    assert (tmp_path / "rep" / "runs" / "one__seed=1" / "credit_eval.csv").is_file()
+    shutil.rmtree(tmp_path / "out")  # a fresh clone
+    again = FakeLightning()
+    assert sw.main([str(path), "--jobs", "1"], runner=again) == 0
+    assert [c for c in again.calls if c[1] != "_warmup"] == []  # both runs restored, nothing reruns
+    with open(tmp_path / "rep" / "results.csv") as f:
+        rows = {r["run_id"]: r for r in csv.DictReader(f)}
+    assert (
+        rows["one__seed=1"]["credit_eval/spearman"] == "0.25"
+        and rows["one__seed=0"]["credit_eval/spearman"] == ""
+    )
+
+
+def _fit_rows(run: Path) -> list[dict]:
+    rows = []
+    for path in sorted((run / "logs" / "fit").rglob("metrics.csv")):
+        with open(path) as f:
+            for r in csv.DictReader(f):  # timings differ from run to run; everything else must not
+                keep = {k: v for k, v in r.items() if not k.startswith("perf/") and "time" not in k}
+                rows.append({k: v for k, v in keep.items() if v not in ("", None)})
+    return rows
+
+
+def test_an_interrupted_fit_resumes_from_its_checkpoint_and_ends_as_the_uninterrupted_run(
+    tmp_path, monkeypatch
+):
+    """Killed after its step-2 checkpoint (and after logging a step past it), a run's rerun continues from
+    that checkpoint: same metrics rows, same final weights as a run never interrupted; the interrupted
+    part's rows before the checkpoint are kept, the one after it is not counted twice."""
+    from lightning_rlvr.cli import run as cli_run
+
+    monkeypatch.chdir(tmp_path)
+    sweep = write(
+        tmp_path / "s.yaml",
+        f"configs: [{REPO / 'configs' / 'quickstart.yaml'}, {TINY}]\n"
+        "overrides: {trainer.max_steps: 4, trainer.val_check_interval: 2,\n"
+        "  checkpoint.every_n_train_steps: 2, model.warm_start.init_args.max_steps: 300}\n"
+        "grid:\n  seed_everything: [0]\n",
+    )
+    calls: list[list[str]] = []
+
+    def in_process(kill_after: int | None):
+        def runner(argv: list[str], log_path: Path, env: dict[str, str]) -> int:
+            calls.append(argv)
+            monkeypatch.setenv(FIT_REPORT_ENV, env.get(FIT_REPORT_ENV, ""))
+            if (
+                argv[0] == "fit" and kill_after is not None and log_path.parent.name != "_warmup"
+            ):  # the first part stops after its checkpoint...
+                cli_run([*argv, "--trainer.max_steps", str(kill_after)])
+                metrics = log_path.parent / "logs" / "fit" / "metrics.csv"
+                with open(metrics, newline="") as f:
+                    header = next(csv.reader(f))
+                with open(metrics, "a", newline="") as f:  # ...having logged a step past it
+                    csv.DictWriter(f, header).writerow({"step": kill_after, "train/reward_mean": 9.0})
+                raise KeyboardInterrupt
+            cli_run(argv)
+            return 0
+
+        return runner
+
+    with pytest.raises(KeyboardInterrupt):
+        sw.main([str(sweep), "--out", "cut"], runner=in_process(kill_after=2))
+    assert sw.main([str(sweep), "--out", "cut"], runner=in_process(None)) == 0
+    resumed_fit = [a for a in calls if a[0] == "fit"][-1]
+    assert resumed_fit[-2] == "--ckpt_path" and Path(resumed_fit[-1]).parent.name == "checkpoints"
+    assert sw.main([str(sweep), "--out", "whole"], runner=in_process(None)) == 0
+
+    cut, whole = tmp_path / "cut" / "seed=0", tmp_path / "whole" / "seed=0"
+    assert (cut / "logs" / "fit" / "0_until_step_0000002" / "metrics.csv").is_file()
+    assert _fit_rows(cut) == _fit_rows(whole)  # every step and validation once, with the same values
+    assert [r["step"] for r in _fit_rows(whole) if "train/reward_mean" in r] == ["0", "1", "2", "3"]
+    final = [
+        torch.load(d / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"] for d in (cut, whole)
+    ]
+    assert final[0].keys() == final[1].keys()
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+    rewards = [float(r["train/reward_mean"]) for r in _fit_rows(whole) if "train/reward_mean" in r]
+    assert 0 < max(rewards) and min(rewards) < 1  # mixed groups: the updates moved the weights
+    assert json.loads((cut / "fit_before.json").read_text())["resumed_at"] == [2]
+    assert json.loads((cut / "DONE").read_text())["fit_s"] > 0
+
+
+def test_ctrl_c_on_a_sweep_is_one_line_and_exit_130(monkeypatch, capsys):
+    """The console script turns an interrupt anywhere in the sweep (the runner's join loop, a run) into
+    one line saying how to resume, not a traceback; ``main`` itself still raises for callers and tests."""
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sw, "main", interrupted)
+    assert sw.console() == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lightning-rlvr-sweep: interrupted;") and "again" in err[0]
+    entry = re.search(r'^lightning-rlvr-sweep = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.M)
+    assert entry and entry.group(1) == "lightning_rlvr.experiments.sweep.run:console"  # what the script runs
