@@ -111,6 +111,10 @@ def test_report_writes_csv_table_curves_and_a_png(tmp_path, monkeypatch):
     md = (tmp_path / "report" / "results.md").read_text()
     assert "5 of 6 runs finished" in md and "| grpo | 3 |" in md and "| shear | 2 |" in md
     assert "val pass@1 before RL (the shared warm start): 0.250" in md
+    assert "Compute: 75 s of job time over 5 finished runs (fit 60 s, test 15 s;" in md  # 5 x (12 + 3) s
+    from lightning_rlvr.experiments.sweep.rows import duration
+
+    assert [duration(s) for s in (119, 120, 7199, 7200)] == ["119 s", "2 min", "120 min", "2.0 h"]
     assert (tmp_path / "report" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with open(tmp_path / "report" / "curves.csv") as f:
         curve = [r for r in csv.DictReader(f) if r["cell"] == "grpo" and r["metric"] == "train/reward_mean"]

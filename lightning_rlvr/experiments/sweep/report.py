@@ -46,6 +46,7 @@ from .rows import (
     SUMMARY,
     TIME_TO_TARGET,
     cell_label,
+    compute_line,
     display_names,
     read_fit_metrics,
     read_results_csv,
@@ -353,6 +354,7 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
         "dynamic sampling), so compare methods on test pass@k. Fit time is wall-clock seconds and depends "
         "on what else the machine was running.\n",
     ]
+    text.append(compute_line(rows))
     if len(start) == 1:
         text.append(f"val pass@1 before RL (the shared warm start): {float(start[0]):.3f}.\n")
     elif start:

@@ -113,7 +113,24 @@ def run_row(sweep: Sweep, run: Run) -> dict | None:
         row[TIME_TO_TARGET] = "" if math.isnan(reached) else round(reached, 1)
     row.update(read_credit_eval(d, dict(run.cell).get("method")))
     row["fit_s"] = done.get("fit_s", "")
+    row["test_s"] = done.get("test_s", "")
     return row
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a reader wants them: "75 s", "42 min", "9.8 h"."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def compute_line(rows: list[dict]) -> str:
+    """What the finished runs cost: their fit and test seconds (each run's ``DONE``), summed."""
+    fit, test = (sum(float(r[k]) for r in rows if r.get(k) not in ("", None)) for k in ("fit_s", "test_s"))
+    return (
+        f"Compute: {duration(fit + test)} of job time over {len(rows)} finished runs (fit {duration(fit)}, "
+        f"test {duration(test)}; wall-clock, so it includes waiting on whatever else the machine ran).\n"
+    )
 
 
 def write_results_csv(rows: list[dict], path: Path) -> None:
