@@ -149,6 +149,8 @@ def claims_section(claims: Sequence[Claim], entries: Sequence[dict], level: floa
                 continue
             c = e["comparison"]
             said, effect = judge(claim, c, e["baseline_mean"], power, 1 - level)
+            if e.get("capped"):  # compare_to_baseline's: a run that never reached the target
+                said += f"; {e['capped']} pair(s) with a run that never reached the target (its full time)"
             scale, dec = (100.0, 1) if is_fraction(claim.metric) else (1.0, 1)
             claimed = (
                 ("higher" if claim.direction > 0 else "lower")

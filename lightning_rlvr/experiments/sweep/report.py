@@ -51,6 +51,7 @@ from .rows import (
     read_fit_metrics,
     read_results_csv,
     run_row,
+    times_to_target,
     write_results_csv,
 )
 from .spec import ReportSettings, Run, Sweep, axis_label
@@ -162,37 +163,44 @@ def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSetti
         left_out = {seed for seed, _, _ in unpaired}
         same = {s: r for s, r in seeds.items() if s not in left_out}
         for metric in settings.compare:
-            x, y = _metric_by_seed(same, metric), _metric_by_seed(base, metric)
+            if metric == TIME_TO_TARGET:  # a run that never reached it counts its whole training time
+                x, y, capped = times_to_target(same, base)
+            else:
+                x, y, capped = _metric_by_seed(same, metric), _metric_by_seed(base, metric), 0
             if not (x or unpaired) or not y:
                 continue
             comparison = paired_comparison(x, y, settings.level, settings.power)
             paired = [y[s] for s in x if s in y]  # the baseline on the paired seeds: a relative claim's scale
             mean = sum(paired) / len(paired) if paired else math.nan
             entry = {"cell": cell, "metric": metric, "comparison": comparison, "unpaired": unpaired}
+            entry["capped"] = capped
             out.append({**entry, "baseline_mean": mean})
     return out
 
 
-def verdict(c, scale: float, unit: str, unpaired: Sequence[tuple[str, str, str]] = ()) -> str:
-    """'better' / 'worse' when the interval excludes 0, else 'no difference > MDD' (what could be seen);
-    seeds left out for another warm start are named after it."""
-    said = _verdict(c, scale, unit)
-    if unpaired:
-        starts = sorted({f"{float(a):.3f} vs {float(b):.3f}" for _, a, b in unpaired})
+def verdict(c, scale: float, unit: str, entry: dict) -> str:
+    """'better' / 'worse' ('faster' / 'slower' for seconds) when the interval excludes 0, else 'no
+    difference > MDD' (what could be seen); capped times and seeds left out for another warm start are
+    named after it. ``entry`` is ``compare_to_baseline``'s."""
+    said = _verdict(c, scale, unit, seconds=entry["metric"].endswith("_s"))
+    if entry.get("capped"):
+        said += f"; {entry['capped']} pair(s) with a run that never reached the target (its full time)"
+    if entry["unpaired"]:
+        starts = sorted({f"{float(a):.3f} vs {float(b):.3f}" for _, a, b in entry["unpaired"]})
         said += (
-            f"; {len(unpaired)} seed{'s' if len(unpaired) != 1 else ''} not paired: another warm start"
-            f" (val pass@1 before RL {', '.join(starts)})"
+            f"; {len(entry['unpaired'])} seed{'s' if len(entry['unpaired']) != 1 else ''} not paired: "
+            f"another warm start (val pass@1 before RL {', '.join(starts)})"
         )
     return said
 
 
-def _verdict(c, scale: float, unit: str) -> str:
+def _verdict(c, scale: float, unit: str, seconds: bool = False) -> str:
     if c.n < 2:
         return f"undecided ({c.n} paired seed{'s' if c.n != 1 else ''})"
     if no_spread(c):
         return "undecided (every seed differs by exactly this: no spread to test)"
     if c.separated:
-        return "better" if c.diff > 0 else "worse"
+        return ("slower" if c.diff > 0 else "faster") if seconds else ("better" if c.diff > 0 else "worse")
     return f"no difference > {c.mdd * scale:.1f}{unit}"
 
 
@@ -208,9 +216,7 @@ def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings
         diff, p, mdd = comparison_cells(c, scale, dec)
         cells = [names[a][entry["cell"][a]] for a in axes]
         lines.append(
-            "| "
-            + " | ".join([*cells, metric, str(c.n), diff, p, mdd, verdict(c, scale, unit, entry["unpaired"])])
-            + " |"
+            "| " + " | ".join([*cells, metric, str(c.n), diff, p, mdd, verdict(c, scale, unit, entry)]) + " |"
         )
     return "\n".join(lines) + "\n"
 

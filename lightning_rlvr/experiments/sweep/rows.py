@@ -3,7 +3,8 @@
 Layer: ``experiments`` (reads files only, so a report can be rewritten while a sweep still runs).
 A row has ``run_id``, one column per grid axis, ``seed``, test pass@k from the final checkpoint, val
 pass@1 before RL and at the last validation, the train reward averaged over the last ``TAIL`` steps, the
-training seconds to the report's target accuracy, the fit time, and the credit lab's columns when the
+training seconds to the report's target accuracy (and at the last validation, for a run that never
+reached it), the fit time, and the credit lab's columns when the
 run has a ``credit_eval.csv``. A cell (a combination of axis values) is named by ``cell_label``.
 """
 
@@ -24,6 +25,7 @@ STEP_TIME_KEYS = ("time/rollout_s", "time/score_s", "time/credit_s", "time/updat
 # credit_eval.csv metrics (``experiments.credit_lab.evaluate.write_csv`` writes each as ``<name>_mean`` etc.)
 CREDIT_COLUMNS = ("spearman", "localisation", "sign")
 TIME_TO_TARGET = "time_to_target_s"
+TIME_CAP = "train_s_at_last_val"  # a run that never reached the target: its training seconds at its end
 START = "val/pass@1_start"  # val pass@1 before RL: which warm start a run began from
 # (results.csv column, table header, decimals); test/pass@k columns are added as found
 SUMMARY = [
@@ -109,12 +111,43 @@ def run_row(sweep: Sweep, run: Run) -> dict | None:
     row["steps"] = len(reward)
     target = sweep.report.target_accuracy
     if target is not None:
-        reached = time_to_reach(train_seconds_curve(d), target)
+        curve = train_seconds_curve(d)
+        reached = time_to_reach(curve, target)
         row[TIME_TO_TARGET] = "" if math.isnan(reached) else round(reached, 1)
+        row[TIME_CAP] = round(curve[-1][0], 1) if curve else ""
     row.update(read_credit_eval(d, dict(run.cell).get("method")))
     row["fit_s"] = done.get("fit_s", "")
     row["test_s"] = done.get("test_s", "")
     return row
+
+
+def _time_or_cap(row: dict) -> tuple[float, bool] | None:
+    """(seconds to the target, True), or (training seconds at the last validation, False) if never."""
+    for key, reached in ((TIME_TO_TARGET, True), (TIME_CAP, False)):
+        if row.get(key) not in ("", None):
+            return float(row[key]), reached
+    return None
+
+
+def times_to_target(cell: dict[str, dict], base: dict[str, dict]) -> tuple[dict, dict, int]:
+    """Training seconds to the target by seed, for a cell's runs and the baseline's ({seed: row} each).
+
+    A run that never reached the target counts its training seconds at its last validation: a lower
+    bound on its time, so a pair holding one can only understate that run's deficit (censored at the
+    run's end, as a restricted mean time does). Leaving such seeds out instead would compare a method
+    only on the seeds where it succeeded. Seeds where neither run reached it say nothing about speed and
+    are left out. Returns (the cell's seconds, the baseline's, how many pairs hold a capped time).
+    """
+    x: dict[str, float] = {}
+    y: dict[str, float] = {}
+    capped = 0
+    for seed in [s for s in cell if s in base]:
+        a, b = _time_or_cap(cell[seed]), _time_or_cap(base[seed])
+        if a is None or b is None or not (a[1] or b[1]):
+            continue
+        x[seed], y[seed] = a[0], b[0]
+        capped += not (a[1] and b[1])
+    return x, y, capped
 
 
 def duration(seconds: float) -> str:

@@ -1,0 +1,74 @@
+"""Training seconds to a target accuracy, compared with the baseline: a run that never reaches the target
+counts its whole training time (it is not dropped), and a shorter time reads as faster."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightning_rlvr.experiments.sweep import report as rep
+from lightning_rlvr.experiments.sweep.claims import Claim, claims_section
+from lightning_rlvr.experiments.sweep.rows import START, TIME_CAP, TIME_TO_TARGET, times_to_target
+from lightning_rlvr.experiments.sweep.spec import ReportSettings
+
+
+def run(method: str, seed: int, reached: float | None, cap: float | None = 500.0) -> dict:
+    """A results.csv row: seconds to the target ("" if never) and at the last validation ("" if unknown)."""
+    return {
+        "method": method, "seed": str(seed), START: "0.1",
+        TIME_TO_TARGET: "" if reached is None else str(reached), TIME_CAP: "" if cap is None else str(cap),
+    }  # fmt: skip
+
+
+def by_seed(*rows: dict) -> dict[str, dict]:
+    return {r["seed"]: r for r in rows}
+
+
+def test_a_run_that_never_reaches_the_target_counts_its_whole_training_time():
+    cell = by_seed(run("x", 0, 100), run("x", 1, None, 300), run("x", 2, None, 250), run("x", 3, 50))
+    base = by_seed(run("b", 0, 80), run("b", 1, 120), run("b", 2, None, 200), run("b", 3, None, 400))
+    base["4"] = run("b", 4, 10)  # no partner: not paired
+    x, y, capped = times_to_target(cell, base)
+    # seed 2: neither reached it, nothing about speed; seeds 1 and 3: one side capped at its full time
+    assert x == {"0": 100.0, "1": 300.0, "3": 50.0} and y == {"0": 80.0, "1": 120.0, "3": 400.0}
+    assert capped == 2
+
+
+def test_rows_without_the_cap_leave_never_reached_seeds_out_as_before():
+    cell = by_seed(run("x", 0, 100), run("x", 1, None, cap=None))
+    base = by_seed(run("b", 0, 80), run("b", 1, 120))
+    assert times_to_target(cell, base) == ({"0": 100.0}, {"0": 80.0}, 0)
+
+
+SETTINGS = ReportSettings(baseline={"method": "grpo"}, compare=[TIME_TO_TARGET])
+
+
+def table_row(rows: list[dict], method: str) -> str:
+    table = rep.comparison_table(["method"], rows, SETTINGS)
+    (line,) = [line for line in table.splitlines() if line.startswith(f"| {method} |")]
+    return line
+
+
+def test_a_method_that_never_reaches_the_target_is_slower_not_missing():
+    grpo = [run("grpo", s, t) for s, t in enumerate([100, 120, 110])]
+    never = [run("slow", s, None, cap) for s, cap in enumerate([400, 420, 450])]
+    line = table_row(grpo + never, "slow")
+    # differences 300, 300, 340: mean 313.3, every seed capped, so the true gap is larger still
+    assert "| 3 | +313.333 [" in line
+    assert "| slower; 3 pair(s) with a run that never reached the target (its full time) |" in line
+
+
+@pytest.mark.parametrize(("times", "said"), [([50, 60, 70], "faster"), ([200, 215, 225], "slower")])
+def test_seconds_read_as_faster_or_slower(times, said):
+    grpo = [run("grpo", s, t) for s, t in enumerate([100, 110, 125])]
+    other = [run("m", s, t) for s, t in enumerate(times)]
+    assert table_row(grpo + other, "m").endswith(f"| {said} |")
+
+
+def test_the_speed_claim_counts_a_method_that_never_got_there_against_it():
+    grpo = [run("grpo", s, t) for s, t in enumerate([100, 120, 110])]
+    never = [run("hp", s, None, cap) for s, cap in enumerate([400, 420, 450])]
+    settings = ReportSettings(baseline={"method": "grpo"}, compare=[TIME_TO_TARGET])
+    entries = rep.compare_to_baseline(["method"], grpo + never, settings)
+    claim = Claim({"method": "hp"}, TIME_TO_TARGET, direction=-1, effect=1 / 1.21 - 1, relative=True)
+    text = claims_section([claim], entries, level=0.95, power=0.8)
+    assert "| opposite; 3 pair(s) with a run that never reached the target (its full time) |" in text
