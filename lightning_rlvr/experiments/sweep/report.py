@@ -212,7 +212,8 @@ def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings
     names = display_names(axes, rows)
     for entry in compare_to_baseline(axes, rows, settings):
         c, metric = entry["comparison"], entry["metric"]
-        scale, unit, dec = (100.0, " points", 1) if is_fraction(metric) else (1.0, "", 3)
+        plain = (1.0, " s", 0) if metric.endswith("_s") else (1.0, "", 3)  # seconds: whole ones
+        scale, unit, dec = (100.0, " points", 1) if is_fraction(metric) else plain
         diff, p, mdd = comparison_cells(c, scale, dec)
         cells = [names[a][entry["cell"][a]] for a in axes]
         lines.append(
