@@ -236,9 +236,10 @@ def main() -> None:
             )
         problems = [module.task.problem(args.split, i) for i in range(args.prompts)]
         t = time.perf_counter()
-        rows = probe(
-            generator(module, args.batch), module.task.extract_answer, problems, args.samples, args.seed
-        )
+        # plain, answer, wrong and at most one peer view a prompt, greedy; `samples` sampled to find peers
+        with Progress(len(problems) * (4 + args.samples), label, "completions (at most)") as bar:
+            generate = generator(module, args.batch, bar)
+            rows = probe(generate, module.task.extract_answer, problems, args.samples, args.seed)
         body += [f"### {label}", "", f"{args.split} split, {time.perf_counter() - t:.0f} s.", ""]
         headers = ["context", "prompts", "pass@1", "copies the given answer", "vs plain on those prompts"]
         body += [md_table(headers, rows), ""]
