@@ -149,8 +149,7 @@ def claims_section(claims: Sequence[Claim], entries: Sequence[dict], level: floa
                 continue
             c = e["comparison"]
             said, effect = judge(claim, c, e["baseline_mean"], power, 1 - level)
-            if e.get("capped"):  # compare_to_baseline's: a run that never reached the target
-                said += f"; {e['capped']} pair(s) with a run that never reached the target (its full time)"
+            said += capped_note(e)
             scale, dec = (100.0, 1) if is_fraction(claim.metric) else (1.0, 1)
             claimed = (
                 ("higher" if claim.direction > 0 else "lower")
@@ -176,6 +175,17 @@ def comparison_cells(c: Any, scale: float, dec: int) -> tuple[str, str, str]:
         interval = f"{c.diff * scale:+.{dec}f} [{c.low * scale:+.{dec}f}, {c.high * scale:+.{dec}f}]"
         return interval, f"{c.p_value:.3f}", f"{c.mdd * scale:.{dec}f}"
     return (f"{c.diff * scale:+.{dec}f}" if c.n else "-"), "-", "-"
+
+
+def capped_note(entry: dict) -> str:
+    """What a verdict adds for ``compare_to_baseline``'s pairs holding a run that never reached the target."""
+    n = entry.get("capped", 0)
+    return f"; {n} pair(s) with a run that never reached the target (its full time)" if n else ""
+
+
+def is_seconds(metric: str) -> bool:
+    """A time (``time_to_target_s``, ``fit_s``): lower is faster, shown in whole seconds."""
+    return metric.endswith("_s")
 
 
 def is_fraction(metric: str) -> bool:

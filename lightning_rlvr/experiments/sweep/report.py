@@ -39,7 +39,7 @@ from pathlib import Path
 from ...core.files import write_text
 from ..stats import paired_comparison, t_interval, t_quantile, time_to_reach, wilson_interval  # noqa: F401
 from .choice import choice_text
-from .claims import claims_section, comparison_cells, is_fraction, no_spread
+from .claims import capped_note, claims_section, comparison_cells, is_fraction, is_seconds, no_spread
 from .curves import SMOOTH, plot_curves, write_curves_csv
 from .rows import (
     START,
@@ -173,8 +173,7 @@ def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSetti
             paired = [y[s] for s in x if s in y]  # the baseline on the paired seeds: a relative claim's scale
             mean = sum(paired) / len(paired) if paired else math.nan
             entry = {"cell": cell, "metric": metric, "comparison": comparison, "unpaired": unpaired}
-            entry["capped"] = capped
-            out.append({**entry, "baseline_mean": mean})
+            out.append({**entry, "capped": capped, "baseline_mean": mean})
     return out
 
 
@@ -182,9 +181,7 @@ def verdict(c, scale: float, unit: str, entry: dict) -> str:
     """'better' / 'worse' ('faster' / 'slower' for seconds) when the interval excludes 0, else 'no
     difference > MDD' (what could be seen); capped times and seeds left out for another warm start are
     named after it. ``entry`` is ``compare_to_baseline``'s."""
-    said = _verdict(c, scale, unit, seconds=entry["metric"].endswith("_s"))
-    if entry.get("capped"):
-        said += f"; {entry['capped']} pair(s) with a run that never reached the target (its full time)"
+    said = _verdict(c, scale, unit, seconds=is_seconds(entry["metric"])) + capped_note(entry)
     if entry["unpaired"]:
         starts = sorted({f"{float(a):.3f} vs {float(b):.3f}" for _, a, b in entry["unpaired"]})
         said += (
@@ -212,7 +209,7 @@ def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings
     names = display_names(axes, rows)
     for entry in compare_to_baseline(axes, rows, settings):
         c, metric = entry["comparison"], entry["metric"]
-        plain = (1.0, " s", 0) if metric.endswith("_s") else (1.0, "", 3)  # seconds: whole ones
+        plain = (1.0, " s", 0) if is_seconds(metric) else (1.0, "", 3)  # seconds: whole ones
         scale, unit, dec = (100.0, " points", 1) if is_fraction(metric) else plain
         diff, p, mdd = comparison_cells(c, scale, dec)
         cells = [names[a][entry["cell"][a]] for a in axes]
