@@ -72,3 +72,24 @@ def test_the_speed_claim_counts_a_method_that_never_got_there_against_it():
     claim = Claim({"method": "hp"}, TIME_TO_TARGET, direction=-1, effect=1 / 1.21 - 1, relative=True)
     text = claims_section([claim], entries, level=0.95, power=0.8)
     assert "| opposite; 3 pair(s) with a run that never reached the target (its full time) |" in text
+
+
+@pytest.mark.parametrize("metric", [TIME_TO_TARGET, "test/pass@1", "train/tokens"])
+def test_the_claims_table_prints_a_difference_as_the_comparison_table_does(metric):
+    rows = [
+        {"method": m, "seed": str(s), START: "0.1", metric: str(v), TIME_CAP: "900"}
+        for m, vs in [("grpo", [100.25, 120.5, 110.75]), ("hp", [400.5, 420.25, 450.0])]
+        for s, v in enumerate(vs)
+    ]
+    if metric != TIME_TO_TARGET:  # accuracies are fractions
+        rows = [{**r, metric: str(float(r[metric]) / 1000)} for r in rows]
+    settings = ReportSettings(baseline={"method": "grpo"}, compare=[metric])
+    table = rep.comparison_table(["method"], rows, settings)
+    (line,) = [x for x in table.splitlines() if x.startswith("| hp |")]
+    difference = line.split(" | ")[3]  # method | metric | paired seeds | difference [interval] | p | ...
+    claim = Claim({"method": "hp"}, metric, direction=-1, effect=-0.174, relative=True)
+    text = claims_section([claim], rep.compare_to_baseline(["method"], rows, settings), level=0.95, power=0.8)
+    (claim_row,) = [x for x in text.splitlines() if x.startswith("| - | hp |")]
+    assert f"| {difference} |" in claim_row
+    if metric == TIME_TO_TARGET:  # whole seconds: GRPO's mean 110.5 x -17.4% = -19.2
+        assert "| -19 (-17.4%) |" in claim_row and "." not in difference.split(" [")[0]

@@ -150,7 +150,7 @@ def claims_section(claims: Sequence[Claim], entries: Sequence[dict], level: floa
             c = e["comparison"]
             said, effect = judge(claim, c, e["baseline_mean"], power, 1 - level)
             said += capped_note(e)
-            scale, dec = (100.0, 1) if is_fraction(claim.metric) else (1.0, 1)
+            scale, _, dec = display(claim.metric)
             claimed = (
                 ("higher" if claim.direction > 0 else "lower")
                 if effect is None
@@ -191,3 +191,11 @@ def is_seconds(metric: str) -> bool:
 def is_fraction(metric: str) -> bool:
     """An accuracy or reward: shown in points (x 100) in the report's tables."""
     return "pass@" in metric or metric.startswith(("val/", "test/", "train/reward"))
+
+
+def display(metric: str) -> tuple[float, str, int]:
+    """(scale, unit, decimals) a metric's differences print with: accuracies in points, times in whole
+    seconds, anything else as it is."""
+    if is_fraction(metric):
+        return 100.0, " points", 1
+    return (1.0, " s", 0) if is_seconds(metric) else (1.0, "", 3)

@@ -39,7 +39,7 @@ from pathlib import Path
 from ...core.files import write_text
 from ..stats import paired_comparison, t_interval, t_quantile, time_to_reach, wilson_interval  # noqa: F401
 from .choice import choice_text
-from .claims import capped_note, claims_section, comparison_cells, is_fraction, is_seconds, no_spread
+from .claims import capped_note, claims_section, comparison_cells, display, is_seconds, no_spread
 from .curves import SMOOTH, plot_curves, write_curves_csv
 from .rows import (
     START,
@@ -209,8 +209,7 @@ def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings
     names = display_names(axes, rows)
     for entry in compare_to_baseline(axes, rows, settings):
         c, metric = entry["comparison"], entry["metric"]
-        plain = (1.0, " s", 0) if is_seconds(metric) else (1.0, "", 3)  # seconds: whole ones
-        scale, unit, dec = (100.0, " points", 1) if is_fraction(metric) else plain
+        scale, unit, dec = display(metric)
         diff, p, mdd = comparison_cells(c, scale, dec)
         cells = [names[a][entry["cell"][a]] for a in axes]
         lines.append(
