@@ -12,11 +12,10 @@ import pytest
 from lightning_rlvr.experiments.credit_lab.evaluate import write_csv
 from lightning_rlvr.experiments.credit_lab.metrics import Summary
 from lightning_rlvr.experiments.stats import min_detectable_difference
-from lightning_rlvr.experiments.sweep import choice
-from lightning_rlvr.experiments.sweep import curves as sc
 from lightning_rlvr.experiments.sweep import report as rep
 from lightning_rlvr.experiments.sweep import rows as run_rows
 from lightning_rlvr.experiments.sweep import run as sw
+from tests.sweep_rows import read_rows
 
 # Student's t, two-sided 95% (the 0.975 quantile), from any printed t-table
 T_TABLE = {1: 12.706, 2: 4.303, 4: 2.776}
@@ -152,7 +151,7 @@ g,150,3,0.5,128
 
 
 def test_per_seed_table_judges_each_seed_against_the_baselines_wilson_interval(tmp_path):
-    axes, rows = _rows(PER_SEED, tmp_path)
+    axes, rows = read_rows(PER_SEED, tmp_path)
     settings = sw.ReportSettings(baseline={"max_steps": "1"})
     text = rep.per_seed_table(axes, rows, settings)
     lines = [line for line in text.splitlines() if line.startswith("| 150 |")]
@@ -168,14 +167,8 @@ def test_per_seed_table_judges_each_seed_against_the_baselines_wilson_interval(t
     assert rep.per_seed_table(axes, old, settings) == ""
 
 
-def _rows(text: str, tmp_path: Path) -> tuple[list[str], list[dict]]:
-    path = tmp_path / "results.csv"
-    path.write_text(text)
-    return run_rows.read_results_csv(path)
-
-
 def test_comparison_with_grpo_is_paired_by_seed_with_hand_computed_interval_and_p(tmp_path):
-    axes, rows = _rows(PAIRED, tmp_path)
+    axes, rows = read_rows(PAIRED, tmp_path)
     settings = sw.ReportSettings(baseline={"method": "grpo"})
     found = {e["cell"]["method"]: e["comparison"] for e in rep.compare_to_baseline(axes, rows, settings)}
     assert set(found) == {"better", "same", "lonely"}  # grpo is not compared with itself
@@ -192,7 +185,7 @@ def test_comparison_with_grpo_is_paired_by_seed_with_hand_computed_interval_and_
 
 
 def test_comparison_table_verdicts_read_better_worse_or_no_difference_larger_than_the_mdd(tmp_path):
-    axes, rows = _rows(PAIRED, tmp_path)
+    axes, rows = read_rows(PAIRED, tmp_path)
     table = rep.comparison_table(axes, rows, sw.ReportSettings(baseline={"method": "grpo"}))
     lines = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
     half = 4.302653 * 0.02 / math.sqrt(3) * 100  # points
@@ -213,7 +206,8 @@ def test_comparison_table_verdicts_read_better_worse_or_no_difference_larger_tha
     shifted = PAIRED.replace("b,better,0,0.58", "b,better,0,0.56").replace(
         "i,better,2,0.80", "i,better,2,0.76"
     )
-    table = rep.comparison_table(*_rows(shifted, tmp_path), sw.ReportSettings(baseline={"method": "grpo"}))
+    settings = sw.ReportSettings(baseline={"method": "grpo"})
+    table = rep.comparison_table(*read_rows(shifted, tmp_path), settings)
     line = [x for x in table.splitlines() if x.startswith("| better ")][0]
     no_spread = "undecided (every seed differs by exactly this: no spread to test)"
     assert line == f"| better | test/pass@1 | 3 | +6.0 | - | - | {no_spread} |"
@@ -226,7 +220,7 @@ def test_the_baseline_is_matched_on_every_other_axis(tmp_path):
         for m in ("grpo", "x")
         for s in (0, 1)
     )
-    axes, rows = _rows(text, tmp_path)
+    axes, rows = read_rows(text, tmp_path)
     found = rep.compare_to_baseline(axes, rows, sw.ReportSettings(baseline={"method": "grpo"}))
     assert [(e["cell"]["method"], e["cell"]["task"]) for e in found] == [("x", "a"), ("x", "b")]
     assert all(e["comparison"].diff == pytest.approx(0.1) for e in found)  # not 0.5 across tasks
@@ -311,157 +305,3 @@ def test_report_has_the_comparison_time_to_target_and_credit_columns(tmp_path, m
     assert [r["time_to_target_s"] for r in rows] == ["", "0.0", "0.0", "0.0", "0.0", "0.0"]
     assert [r["credit_eval/spearman"] for r in rows] == ["", "", "", "", "0.3", ""]
     assert [r["credit_eval/sign"] for r in rows] == ["", "", "", "", "0.6", ""]
-
-
-TUNING = """run_id,method,model.lr,seed,val/pass@1_final
-a,grpo,5e-05,0,0.30
-b,grpo,0.0001,0,0.40
-c,grpo,0.0002,0,0.35
-d,shear,5e-05,0,0.10
-e,shear,0.0001,0,0.20
-f,shear,0.0002,0,0.20
-g,hsd,5e-05,0,0.25
-h,hsd,0.0001,0,
-"""
-
-
-def test_the_tuning_choice_is_the_best_value_per_method_and_the_first_on_a_tie(tmp_path):
-    axes, rows = _rows(TUNING, tmp_path)
-    choices = choice.choose_values(axes, rows, "model.lr", "val/pass@1_final")
-    assert [(c["cell"]["method"], c["chosen"]) for c in choices] == [
-        ("grpo", "0.0001"),
-        ("shear", "0.0001"),  # tied with 0.0002: the first listed (the smaller lr) is kept
-        ("hsd", "5e-05"),  # its 1e-4 run has no value
-    ]
-    # grpo's and shear's choices have a tried rate on each side; hsd's only value is its choice
-    assert [c["bracketed"] for c in choices] == [True, True, False]
-    text = choice.choice_text(axes, rows, "model.lr", "val/pass@1_final")
-    assert "| grpo | 0.0001 | 0.300 | 0.400 | 0.350 |" in text and "| hsd | 5e-05 | 0.250 | - | - |" in text
-    assert "Not bracketed: hsd (the chosen model.lr is the smallest or largest" in text
-    # the largest rate tried is at the edge too, compared as numbers (5e-05 < 0.0001), not as text
-    top = [r | {"val/pass@1_final": "0.9"} if r["run_id"] == "c" else r for r in rows]
-    assert [c["bracketed"] for c in choice.choose_values(axes, top, "model.lr", "val/pass@1_final")][
-        0
-    ] is False
-    block = text.split("```yaml\n")[1].split("```")[0]
-    import yaml
-
-    assert yaml.safe_load(block) == {
-        "axis_overrides": {
-            "method": {"grpo": {"model.lr": 1e-4}, "shear": {"model.lr": 1e-4}, "hsd": {"model.lr": 5e-5}}
-        }
-    }
-
-
-@pytest.mark.parametrize("cells", [2, 20])
-def test_the_curves_legend_lists_every_cell_once_and_covers_no_panel(cells):
-    # (step, mean, low, high, seeds): a val point at every 25 steps, train reward at every step
-    curves = {
-        f"method=m{i}, model.lr={i}e-4": {
-            "train/reward_mean": [(s, 0.01 * i, 0.0, 0.02 * i, 3) for s in range(75)],
-            "val/pass@1": [(s, 0.01 * i, 0.0, 0.02 * i, 3) for s in (0, 25, 50, 75)],
-        }
-        for i in range(cells)
-    }
-    fig = sc.curves_figure(curves, "t")
-    fig.canvas.draw()
-    (legend,) = fig.legends
-    assert [t.get_text() for t in legend.get_texts()] == list(curves)
-    box = legend.get_window_extent()
-    for ax in fig.axes:
-        panel = ax.get_window_extent()
-        assert box.x0 >= panel.x1 or box.x1 <= panel.x0 or box.y0 >= panel.y1 or box.y1 <= panel.y0
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-
-
-def test_curve_styles_stay_distinct_past_the_palette():
-    # 13 methods x 5 lrs (a tuning sweep): one colour a method, one line style an lr
-    grid = [f"method=m{m}, model.lr={lr}" for m in range(13) for lr in range(5)]
-    styles = sc.curve_styles(grid, 20)
-    assert len(set(styles.values())) == 65
-    assert {styles[f"method=m3, model.lr={lr}"][0] for lr in range(5)} == {3}
-    # one axis, 45 cells on a 20-colour palette: colours repeat, styles tell them apart
-    single = [f"m{i}" for i in range(45)]
-    assert len(set(sc.curve_styles(single, 20).values())) == 45
-
-
-def test_a_seed_pairs_only_when_both_runs_started_from_the_same_warm_start(tmp_path):
-    # "moved" ran after the warm start was trained again (val before RL 0.109, not 0.152) on every
-    # seed, "mixed" on seed 2 only; a missing start (an older run) pairs as before.
-    text = "run_id,method,seed,val/pass@1_start,test/pass@1\n" + "".join(
-        f"r,{m},{s},{start},{value}\n"
-        for m, s, start, value in [
-            ("grpo", 0, 0.152, 0.50),
-            ("grpo", 1, 0.152, 0.60),
-            ("grpo", 2, 0.152, 0.70),
-            ("grpo", 3, "", 0.4),
-            ("mixed", 0, 0.152, 0.58),
-            ("mixed", 1, 0.152, 0.66),
-            ("mixed", 2, 0.109, 0.10),
-            ("mixed", 3, "", 0.5),
-            ("moved", 0, 0.109, 0.30),
-            ("moved", 1, 0.109, 0.31),
-            ("moved", 2, 0.109, 0.32),
-        ]
-    )
-    axes, rows = _rows(text, tmp_path)
-    settings = sw.ReportSettings(baseline={"method": "grpo"})
-    found = {e["cell"]["method"]: e for e in rep.compare_to_baseline(axes, rows, settings)}
-    mixed = found["mixed"]
-    assert mixed["unpaired"] == [("2", "0.109", "0.152")]
-    # seeds 0, 1, 3: 0.08, 0.06, 0.10 (seed 2's -0.60 would swamp them)
-    assert mixed["comparison"].n == 3 and mixed["comparison"].diff == pytest.approx(0.08)
-    assert found["moved"]["comparison"].n == 0 and len(found["moved"]["unpaired"]) == 3
-    lines = {
-        x.split(" | ")[0].strip("| "): x for x in rep.comparison_table(axes, rows, settings).splitlines()[2:]
-    }
-    note = "not paired: another warm start (val pass@1 before RL 0.109 vs 0.152)"
-    assert lines["mixed"].endswith(f"| better; 1 seed {note} |")
-    assert (
-        lines["moved"]
-        == f"| moved | test/pass@1 | 0 | - | - | - | undecided (0 paired seeds); 3 seeds {note} |"
-    )
-
-
-def test_included_results_give_a_main_sweeps_methods_the_rerun_baseline_from_their_start(tmp_path):
-    # a control reran GRPO from the warm start as it trains now (0.109); the main sweep's GRPO and
-    # SHEAR began at 0.152, its MC at 0.109: MC pairs with the control's GRPO, SHEAR cannot
-    main = tmp_path / "main.csv"
-    main.write_text(
-        "run_id,method,seed,val/pass@1_start,test/pass@1\n"
-        + "".join(
-            f"r,grpo,{s},0.152,0.5\nr,shear,{s},0.152,0.4\nr,mc,{s},0.109,{0.3 + 0.02 * s}\n"
-            for s in range(3)
-        )
-    )
-    axes, rows = _rows(
-        "run_id,method,seed,val/pass@1_start,test/pass@1\n"
-        + "".join(f"c,grpo,{s},0.109,{0.2 + 0.01 * s}\n" for s in range(3)),
-        tmp_path,
-    )
-    joined, said = rep.included_rows(axes, rows, [main, tmp_path / "gone.csv"])
-    assert sorted({r["method"] for r in joined}) == [
-        "mc"
-    ]  # the main sweep's GRPO is not ours; SHEAR's start differs
-    assert said[0] == (
-        f"Also compared with this baseline: mc, from `{main}`"
-        " (not shear: another warm start on every seed).\n"
-    )
-    assert "not found" in said[1]
-    found = {
-        e["cell"]["method"]: e
-        for e in rep.compare_to_baseline(axes, rows + joined, sw.ReportSettings(baseline={"method": "grpo"}))
-    }
-    assert found["mc"]["comparison"].n == 3 and found["mc"]["comparison"].diff == pytest.approx(0.11)
-    assert "shear" not in found
-
-
-def test_report_include_must_be_a_list_of_paths(tmp_path):
-    path = tmp_path / "s.yaml"
-    path.write_text("grid:\n  seed_everything: [0]\n  model.lr: [1]\nreport:\n  include: {a: 1}\n")
-    with pytest.raises(sw.SweepError, match="report.include must be a list of results.csv paths"):
-        sw.load_sweep(path)
-    path.write_text("grid:\n  seed_everything: [0]\n  model.lr: [1]\nreport:\n  include: r.csv\n")
-    assert sw.load_sweep(path).report.include == [Path("r.csv")]
