@@ -253,7 +253,8 @@ def test_the_run_archive_under_a_report_directory_is_committed_not_ignored():
 
 def test_a_credit_eval_added_after_a_run_is_archived_and_survives_a_fresh_clone(tmp_path, monkeypatch):
     """The credit lab scores a final checkpoint after its run is done; the next report archives the
-    credit_eval.csv with the run, so the report's credit columns come back on a fresh clone."""
+    credit_eval.csv (and its readable credit_eval.md) with the run, so the report's credit columns come
+    back on a fresh clone."""
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
     path = write(
@@ -262,8 +263,12 @@ def test_a_credit_eval_added_after_a_run_is_archived_and_survives_a_fresh_clone(
     )
     assert sw.main([str(path), "--jobs", "1"], runner=FakeLightning()) == 0
     write_credit_eval(tmp_path / "out" / "one__seed=1" / "credit_eval.csv", [("one", 0.25, 0.5, 0.75)])
+    write(tmp_path / "out" / "one__seed=1" / "credit_eval.md", "| method | spearman |\n")
     assert sw.main([str(path), "--report-only"], runner=FakeLightning()) == 0
-    assert (tmp_path / "rep" / "runs" / "one__seed=1" / "credit_eval.csv").is_file()
+    kept = tmp_path / "rep" / "runs" / "one__seed=1"
+    assert (kept / "credit_eval.csv").is_file() and (
+        kept / "credit_eval.md"
+    ).read_text() == "| method | spearman |\n"
     shutil.rmtree(tmp_path / "out")  # a fresh clone
     again = FakeLightning()
     assert sw.main([str(path), "--jobs", "1"], runner=again) == 0

@@ -24,6 +24,7 @@ from ...core.files import atomic_dir, write_bytes
 from ...core.process import LOCK_NAME, is_locked
 from .spec import (
     CREDIT_EVAL,
+    CREDIT_TABLE,
     DONE,
     FIT_DONE,
     SPEC,
@@ -35,7 +36,13 @@ from .spec import (
 )
 
 ARCHIVE = "runs"  # under the sweep's report_dir
-MARKERS = (SPEC, FIT_DONE, TEST_METRICS, CREDIT_EVAL)  # DONE is copied last: a half-copied run is not done
+MARKERS = (
+    SPEC,
+    FIT_DONE,
+    TEST_METRICS,
+    CREDIT_EVAL,
+    CREDIT_TABLE,
+)  # DONE is copied last: a half-copied run is not done
 
 
 def archive_dir(sweep: Sweep, run: Run) -> Path:
@@ -43,7 +50,8 @@ def archive_dir(sweep: Sweep, run: Run) -> Path:
 
 
 def _kept_files(directory: Path) -> list[Path]:
-    """The files of a run directory the report reads, relative to it (``DONE`` last)."""
+    """The files of a run directory the report reads (and the credit lab's readable table), relative to it
+    (``DONE`` last)."""
     files = [Path(name) for name in MARKERS if (directory / name).is_file()]
     files += sorted(p.relative_to(directory) for p in (directory / "logs" / "fit").rglob("metrics.csv"))
     return files + ([Path(DONE)] if (directory / DONE).is_file() else [])

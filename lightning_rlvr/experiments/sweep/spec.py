@@ -40,6 +40,7 @@ FIT_DONE = "fit.done"  # the fit completed (a resumed sweep then only reruns the
 TEST_METRICS = "test_metrics.json"  # the test metrics of the final checkpoint
 SPEC = "spec.json"  # the run's config files and overrides, written when its fit starts
 CREDIT_EVAL = "credit_eval.csv"  # optional: lightning-rlvr-credit-eval on the final checkpoint
+CREDIT_TABLE = "credit_eval.md"  # its table and paper-claim checks, archived for readers
 SWEEP_KEYS = {"name", "out", "report_dir", "configs", "overrides", "grid", "test_overrides", "env", "jobs"}
 SWEEP_KEYS |= {"seed_key", "slurm", "axis_overrides", "report"}
 REPORT_KEYS = {"baseline", "compare", "target_accuracy", "level", "power", "choose", "choose_by", "include"}
