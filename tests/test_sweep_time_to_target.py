@@ -93,3 +93,14 @@ def test_the_claims_table_prints_a_difference_as_the_comparison_table_does(metri
     assert f"| {difference} |" in claim_row
     if metric == TIME_TO_TARGET:  # whole seconds: GRPO's mean 110.5 x -17.4% = -19.2
         assert "| -19 (-17.4%) |" in claim_row and "." not in difference.split(" [")[0]
+
+
+def test_times_print_in_whole_seconds_in_every_table_and_verdict():
+    grpo = [run("grpo", s, t) for s, t in enumerate([100.0, 180.5, 110.75])]
+    other = [run("m", s, t) for s, t in enumerate([150.5, 120.25, 260.0])]  # noisy: no verdict either way
+    line = table_row(grpo + other, "m")
+    assert "| no difference > " in line and line.endswith(" s |")
+    numbers = line.split(" | ")[3:]  # difference [interval], p, MDD, verdict
+    assert [n for n in " ".join(numbers[:1] + numbers[2:]).replace(",", " ").split() if "." in n] == []
+    column = rep.time_to_target_column(["method"], grpo + other, target=0.5)
+    assert column[0].startswith("130 [") and "." not in column[0]  # mean of 100, 180.5, 110.75: 130.4

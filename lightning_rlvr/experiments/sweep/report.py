@@ -117,8 +117,9 @@ def time_to_target_column(axes: list[str], rows: list[dict], target: float) -> l
     out = []
     for members in cells.values():
         reached = [float(r[TIME_TO_TARGET]) for r in members if r.get(TIME_TO_TARGET) not in ("", None)]
-        stats = t_interval(reached)
-        text = "never" if not reached else _fmt(stats, 1 if len(reached) > 1 else 0)
+        mean, lo, hi = t_interval(reached)  # whole seconds, with the interval when there is one
+        interval = "" if math.isnan(lo) else f" [{lo:.0f}, {hi:.0f}]"
+        text = f"{mean:.0f}{interval}" if reached else "never"
         out.append(f"{text} ({len(reached)}/{len(members)})")
     return out
 
@@ -181,7 +182,8 @@ def verdict(c, scale: float, unit: str, entry: dict) -> str:
     """'better' / 'worse' ('faster' / 'slower' for seconds) when the interval excludes 0, else 'no
     difference > MDD' (what could be seen); capped times and seeds left out for another warm start are
     named after it. ``entry`` is ``compare_to_baseline``'s."""
-    said = _verdict(c, scale, unit, seconds=is_seconds(entry["metric"])) + capped_note(entry)
+    dec = display(entry["metric"])[2]  # as the MDD column prints it
+    said = _verdict(c, scale, unit, seconds=is_seconds(entry["metric"]), dec=dec) + capped_note(entry)
     if entry["unpaired"]:
         starts = sorted({f"{float(a):.3f} vs {float(b):.3f}" for _, a, b in entry["unpaired"]})
         said += (
@@ -191,14 +193,14 @@ def verdict(c, scale: float, unit: str, entry: dict) -> str:
     return said
 
 
-def _verdict(c, scale: float, unit: str, seconds: bool = False) -> str:
+def _verdict(c, scale: float, unit: str, seconds: bool = False, dec: int = 1) -> str:
     if c.n < 2:
         return f"undecided ({c.n} paired seed{'s' if c.n != 1 else ''})"
     if no_spread(c):
         return "undecided (every seed differs by exactly this: no spread to test)"
     if c.separated:
         return ("slower" if c.diff > 0 else "faster") if seconds else ("better" if c.diff > 0 else "worse")
-    return f"no difference > {c.mdd * scale:.1f}{unit}"
+    return f"no difference > {c.mdd * scale:.{dec}f}{unit}"
 
 
 def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings) -> str:
