@@ -36,13 +36,8 @@ from .spec import (
 )
 
 ARCHIVE = "runs"  # under the sweep's report_dir
-MARKERS = (
-    SPEC,
-    FIT_DONE,
-    TEST_METRICS,
-    CREDIT_EVAL,
-    CREDIT_TABLE,
-)  # DONE is copied last: a half-copied run is not done
+# DONE is copied last: a half-copied run is not done
+MARKERS = (SPEC, FIT_DONE, TEST_METRICS, CREDIT_EVAL, CREDIT_TABLE)
 
 
 def archive_dir(sweep: Sweep, run: Run) -> Path:

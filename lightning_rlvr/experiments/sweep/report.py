@@ -178,12 +178,11 @@ def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSetti
     return out
 
 
-def verdict(c, scale: float, unit: str, entry: dict) -> str:
+def verdict(c, entry: dict) -> str:
     """'better' / 'worse' ('faster' / 'slower' for seconds) when the interval excludes 0, else 'no
     difference > MDD' (what could be seen); capped times and seeds left out for another warm start are
     named after it. ``entry`` is ``compare_to_baseline``'s."""
-    dec = display(entry["metric"])[2]  # as the MDD column prints it
-    said = _verdict(c, scale, unit, seconds=is_seconds(entry["metric"]), dec=dec) + capped_note(entry)
+    said = _verdict(c, entry["metric"]) + capped_note(entry)
     if entry["unpaired"]:
         starts = sorted({f"{float(a):.3f} vs {float(b):.3f}" for _, a, b in entry["unpaired"]})
         said += (
@@ -193,13 +192,16 @@ def verdict(c, scale: float, unit: str, entry: dict) -> str:
     return said
 
 
-def _verdict(c, scale: float, unit: str, seconds: bool = False, dec: int = 1) -> str:
+def _verdict(c, metric: str) -> str:
+    scale, unit, dec = display(metric)  # the MDD as the table's column prints it
     if c.n < 2:
         return f"undecided ({c.n} paired seed{'s' if c.n != 1 else ''})"
     if no_spread(c):
         return "undecided (every seed differs by exactly this: no spread to test)"
     if c.separated:
-        return ("slower" if c.diff > 0 else "faster") if seconds else ("better" if c.diff > 0 else "worse")
+        if is_seconds(metric):
+            return "slower" if c.diff > 0 else "faster"
+        return "better" if c.diff > 0 else "worse"
     return f"no difference > {c.mdd * scale:.{dec}f}{unit}"
 
 
@@ -214,9 +216,7 @@ def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings
         scale, unit, dec = display(metric)
         diff, p, mdd = comparison_cells(c, scale, dec)
         cells = [names[a][entry["cell"][a]] for a in axes]
-        lines.append(
-            "| " + " | ".join([*cells, metric, str(c.n), diff, p, mdd, verdict(c, scale, unit, entry)]) + " |"
-        )
+        lines.append("| " + " | ".join([*cells, metric, str(c.n), diff, p, mdd, verdict(c, entry)]) + " |")
     return "\n".join(lines) + "\n"
 
 
