@@ -124,6 +124,15 @@ def test_a_second_sweep_on_the_same_directory_leaves_the_runs_in_progress_to_the
     assert sorted(p.parent.name for p in (tmp_path / "out").glob("*/DONE")) == ["one__seed=0", "one__seed=1"]
 
 
+def test_the_progress_bar_counts_a_run_left_to_another_sweep_as_skipped_not_failed():
+    ok, busy = {"ok": True}, {"ok": False, "stage": "busy"}
+    failed = {"ok": False, "stage": "test", "code": 1}
+    skipped = "skipped (another sweep runs them)"
+    assert swr.progress_counts([ok, ok]) == {}
+    assert swr.progress_counts([busy, ok, busy]) == {skipped: 2}
+    assert swr.progress_counts([failed, busy, failed]) == {"failed": 2, skipped: 1}
+
+
 @pytest.mark.parametrize("report_dir", ["report", None])  # a report directory of its own, or ``out``
 def test_a_sweep_resumes_on_a_fresh_machine_from_the_runs_archived_with_its_report(
     tmp_path, monkeypatch, report_dir

@@ -224,7 +224,7 @@ def run_local(
                 results.append(status)
                 _log_status(status)
                 bar.update(1)
-                bar.set_postfix(failed=sum(not s["ok"] for s in results))
+                bar.set_postfix(progress_counts(results))
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, jobs))]
     for t in threads:
@@ -270,6 +270,14 @@ def run_submitit(
         results.append(status)
         _log_status(status)
     return results
+
+
+def progress_counts(results: list[dict]) -> dict[str, int]:
+    """The progress bar's counts: runs that failed, and runs left to another sweep process (busy),
+    which have not failed; a count is shown once it is non-zero."""
+    busy = sum(s.get("stage") == "busy" for s in results)
+    failed = sum(not s["ok"] for s in results) - busy
+    return {k: v for k, v in (("failed", failed), ("skipped (another sweep runs them)", busy)) if v}
 
 
 def _log_fit_resumed(run: Run, step: int, fit_log: Path) -> None:
