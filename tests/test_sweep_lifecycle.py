@@ -170,6 +170,31 @@ def test_a_sweep_resumes_on_a_fresh_machine_from_the_runs_archived_with_its_repo
     assert len([c for c in third.calls if c[0] == "fit"]) == 4
 
 
+@pytest.mark.parametrize("flag", [["--only", "^two"], ["--only", "seed=1$"], ["--report-only"]])
+def test_a_sweep_on_a_fresh_clone_reports_every_archived_run_whatever_it_selects(tmp_path, monkeypatch, flag):
+    """A fresh clone holds the archive, not the run folders. Run with ``--only`` (or ``--report-only``),
+    the sweep rewrites the committed report: it must still hold every archived run, not just the
+    selected ones, and a selected run that is archived is not run again."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    write(tmp_path / "m" / "two.yaml", "model: {lr: 2.0e-4}\n")
+    grid = "grid:\n  config: [m/one.yaml, m/two.yaml]\n  seed_everything: [0, 1]\n"
+    path = write(tmp_path / "s.yaml", "out: out\nreport_dir: report\n" + grid)
+    with pytest.raises(KeyboardInterrupt):  # one__seed=0, two__seed=0 finish and are archived
+        sw.main([str(path), "--jobs", "1"], runner=FakeLightning(kill_at="one__seed=1"))
+    shutil.rmtree(tmp_path / "out")  # the fresh clone
+    again = FakeLightning()
+    sw.main([str(path), "--jobs", "1", *flag], runner=again)
+    selected = {"--only": flag[-1]}.get(flag[0])
+    ran = sorted({c[1] for c in again.calls if c[0] == "fit"})
+    want = [] if selected is None else [r for r in ("one__seed=1", "two__seed=1") if re.search(selected, r)]
+    assert ran == want
+    with open(tmp_path / "report" / "results.csv") as f:
+        reported = sorted(r["run_id"] for r in csv.DictReader(f))
+    assert reported == sorted({"one__seed=0", "two__seed=0", *want})
+    assert f"{len(reported)} of 4 runs finished" in (tmp_path / "report" / "results.md").read_text()
+
+
 def test_a_run_done_with_another_lr_is_run_again_and_the_others_are_kept(grid_sweep):
     text = grid_sweep.read_text().replace("  model.lr: [1.0e-4, 5.0e-5]\n", "").replace("[0, 1, 2]", "[0]")
     write(grid_sweep, text + "out: out\naxis_overrides:\n  method:\n    alpha: {model.lr: 2.0e-4}\n")

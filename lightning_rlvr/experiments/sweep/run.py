@@ -157,7 +157,9 @@ def main(argv: list[str] | None = None, runner: CommandRunner = subprocess_runne
         return 2
     runs = [r for r in all_runs if re.search(args.only, r.run_id)] if args.only else all_runs
     jobs = args.jobs or sweep.jobs
-    restored = restore_runs(sweep, runs)  # runs finished elsewhere, committed with the report
+    # runs finished elsewhere, committed with the report: all of them, as the report covers every run
+    # (with --only, restoring just the selected ones rewrote the committed report without the others)
+    restored = restore_runs(sweep, all_runs)
     if restored:
         log.info("%d finished runs restored from %s", len(restored), sweep.report_dir / "runs")
     for run in runs:  # finished, but its config files say something else now: it runs again
