@@ -11,6 +11,7 @@ import torch
 import yaml
 
 from lightning_rlvr.experiments.credit_lab import evaluate as ce
+from lightning_rlvr.experiments.credit_lab.first_error import char_to_token
 from lightning_rlvr.experiments.credit_lab.metrics import (
     Summary,
     coverage,
@@ -161,10 +162,10 @@ def test_character_offsets_map_to_the_token_that_holds_them():
 
     tok = build_tiny_tokenizer()
     ids = tok(" 7+5+0=11;", add_special_tokens=False)["input_ids"]
-    assert ce.char_to_token(tok, ids, 8) == 8  # one character a token
+    assert char_to_token(tok, ids, 8) == 8  # one character a token
     with_eos = ids + [tok.eos_token_id]
-    assert ce.char_to_token(tok, with_eos, len(" 7+5+0=11;")) == len(ids)  # the end is the EOS
-    assert ce.char_to_token(tok, ids, len(" 7+5+0=11;")) is None  # cut by the budget: no token
+    assert char_to_token(tok, with_eos, len(" 7+5+0=11;")) == len(ids)  # the end is the EOS
+    assert char_to_token(tok, ids, len(" 7+5+0=11;")) is None  # cut by the budget: no token
 
 
 # ---------------------------------------------------------------------------- end to end
@@ -245,14 +246,16 @@ def test_the_fast_engine_samples_the_labs_rollouts_and_oracle_as_the_checkpoints
 
 
 def test_the_lab_says_how_far_it_is_in_a_log_file(tiny_ckpt, tmp_path, capsys):
-    """Output that is not a terminal gets plain progress lines: the oracle halves and each method count."""
+    """Output that is not a terminal gets plain progress lines: batches of prompts (equal costs, so the time
+    left holds), and within a batch each oracle half and each method (unequal costs: no time left)."""
     methods = [str(REPO / "configs/method/grpo.yaml"), str(REPO / "configs/method/mc.yaml")]
     args = ["--ckpt_path", str(tiny_ckpt), "--methods", *methods, "--prompts", "2", "--batch-prompts", "1"]
     args += ["--group-size", "2", "--oracle-samples", "2", "--bootstrap", "10"]
     ce.evaluate([*args, "--out", str(tmp_path)])
     err = capsys.readouterr().err.splitlines()
-    assert "lightning-rlvr: credit lab: started, 8 passes (oracle halves, then each method, per batch)" in err
-    assert any(line.startswith("lightning-rlvr: credit lab: 8/8 passes") and "(done)" in line for line in err)
+    assert "lightning-rlvr: credit lab: started, 2 batches of 1 prompts" in err
+    done = [line for line in err if line.startswith("lightning-rlvr: credit lab: 2/2 batches")]
+    assert len(done) == 1 and done[0].endswith("(done)")
 
 
 def test_the_lab_runs_on_textworld_episodes_and_finds_their_first_errors(run_cli, tmp_path):

@@ -34,6 +34,23 @@ def test_plain_lines_come_at_most_every_every_s_and_a_bound_gives_no_estimate():
     assert "left" not in lines[1]
 
 
+def test_status_says_the_steps_of_a_long_unit_at_most_every_every_s():
+    out = io.StringIO()
+    with Progress(2, "credit lab", unit="batches", every_s=0, stream=out) as progress:
+        progress.status(passes="1/3")
+        progress.status(passes="2/3")
+        progress.update()
+    lines = out.getvalue().splitlines()
+    assert re.fullmatch(r"lightning-rlvr: credit lab: 0/2 batches, \d+ s elapsed, passes 1/3", lines[1])
+    assert lines[2].endswith("passes 2/3") and "left" not in lines[2]  # nothing done yet: no estimate
+    assert re.fullmatch(r".*: 1/2 batches, \d+ s elapsed, ~\d+ s left, passes 2/3", lines[3])
+    quiet = io.StringIO()
+    with Progress(2, "credit lab", unit="batches", every_s=3600, stream=quiet) as progress:
+        for i in range(5):
+            progress.status(passes=f"{i}/5")
+    assert len(quiet.getvalue().splitlines()) == 2  # started, done
+
+
 def test_a_terminal_gets_a_bar_and_no_plain_lines_and_disabled_writes_nothing():
     out = io.StringIO()
     with Progress(3, "val", stream=out, bar=True) as progress:

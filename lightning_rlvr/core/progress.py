@@ -102,6 +102,15 @@ class Progress:
         if self._bar is not None:
             self._bar.set_postfix(**values)
 
+    def status(self, **values: Any) -> None:
+        """Values shown with the count, said at once in plain lines if ``every_s`` has passed: for units
+        long enough that their own steps should show (the credit lab's batches and their passes)."""
+        self.set_postfix(**values)
+        now = time.monotonic()
+        if self.enabled and self._bar is None and now - self._last >= self.every_s:
+            self._last = now
+            say(self._line(final=False), self.stream)
+
     def update(self, n: int = 1) -> None:
         self.n += n
         if not self.enabled:

@@ -35,6 +35,7 @@ import logging
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,7 @@ from ...core.progress import Progress
 from ...core.rng import seeded
 from .ceiling import agreement, ceiling, curve, share, split_oracle, write_curve
 from .claims import new_claims, record_claims
+from .first_error import first_error_tokens
 from .metrics import (
     Summary,
     coverage,
@@ -60,46 +62,6 @@ from .report import markdown, plot, write_claims, write_csv
 from .view import DEFAULT_METHODS, assign_all, load_module_and_methods
 
 log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------------------- first errors as tokens
-def char_to_token(tokenizer, ids: list[int], offset: int) -> int | None:
-    """Index of the token whose decoded text holds character ``offset`` of the decoded completion.
-
-    An offset at the end of the text points at a final EOS (the completion stopped where it should
-    have gone on); None when there is no such token (e.g. a completion cut by the budget).
-    """
-    prev = 0
-    for t in range(len(ids)):
-        n = len(tokenizer.decode(ids[: t + 1], skip_special_tokens=True))
-        if n > offset:
-            return t
-        if n == prev and t == len(ids) - 1 and offset >= n:  # a final special token (EOS) adds no text
-            return t
-        prev = n
-    return None
-
-
-def first_error_tokens(task, rollout, tokenizer) -> list[int | None]:
-    """Per row: the token of the first error of a failed completion, None for correct rows or unknown.
-
-    Episodes (a policy mask: actions between observations) have no character-level derivation: their
-    first error is the first token of the first action after which the game can no longer be won
-    within its turn limit (``envs.first_error``)."""
-    if getattr(rollout, "policy_mask", None) is not None and hasattr(task, "reset"):
-        from .first_error import episode_first_errors
-
-        return episode_first_errors(task, rollout, tokenizer)
-    out: list[int | None] = []
-    for i in range(rollout.num_rows):
-        if bool(rollout.correct[i]):
-            out.append(None)
-            continue
-        problem = rollout.problems[int(rollout.group[i])]
-        offset = task.first_error(rollout.completions[i], problem)
-        ids = rollout.completion_tokens(i).tolist()
-        out.append(None if offset is None else char_to_token(tokenizer, ids, offset))
-    return out
 
 
 # ---------------------------------------------------------------------------- per-method records
@@ -233,6 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def pass_ticker(bar: Progress, per_batch: int) -> Callable[[], None]:
+    """A tick for each pass of one batch: shows "passes k/n of this batch" beside the batch count."""
+    passes = iter(range(1, per_batch + 1))
+    what = "of this batch (oracle halves, then each method)"
+    return lambda: bar.status(passes=f"{next(passes)}/{per_batch} {what}")
+
+
 def run(args: argparse.Namespace) -> dict:
     from ...collect.continuations import EngineSampler
     from ...scoring.scorer import Scorer
@@ -273,16 +242,19 @@ def run(args: argparse.Namespace) -> dict:
             module.model, rollout, module.tokenizer, module.micro_batch_size, sampler=EngineSampler.of(module)
         )
 
-    passes = len(starts) * ((2 if args.oracle_samples >= 2 else 1) + len(methods))
-    bar = Progress(passes, "credit lab", "passes (oracle halves, then each method, per batch)")
+    # The bar counts batches, which cost the same, so its time left holds from the first one; a batch's
+    # passes (each oracle half, then each method) differ 10x in cost and only show how far it is.
+    per_batch = (2 if args.oracle_samples >= 2 else 1) + len(methods)
+    bar = Progress(len(starts), "credit lab", f"batches of {args.batch_prompts} prompts")
     for b in starts:
         batch, rollout = problems[b : b + args.batch_prompts], rollouts[b]
         make = make_for(rollout)
+        tick = pass_ticker(bar, per_batch)
         truth, half_a, half_b, tokens = split_oracle(
-            rollout, make, args.oracle_samples, args.oracle_every, (args.seed, "oracle", b), bar.update
+            rollout, make, args.oracle_samples, args.oracle_every, (args.seed, "oracle", b), tick
         )  # [N, T] raw MC segment advantages, and its two independent halves
         oracle_tokens += tokens
-        grpo, views = assign_all(methods, rollout, make, key=(args.seed, "method", b), tick=bar.update)
+        grpo, views = assign_all(methods, rollout, make, key=(args.seed, "method", b), tick=tick)
         errors = first_error_tokens(module.task, rollout, module.tokenizer)
         record_batch(records, views, truth, errors, rollout, b, args.window)
         record_claims(claims, views, errors, rollout, grpo, b, args.window)
@@ -298,6 +270,7 @@ def run(args: argparse.Namespace) -> dict:
         n_correct += int(rollout.correct.sum())
         n_failed += int((~rollout.correct).sum())
         n_known += sum(e is not None for e in errors)
+        bar.update()
         log.info(
             "credit-eval: %d / %d prompts (%.0f s)",
             b + len(batch),

@@ -1,10 +1,12 @@
-"""First errors of episodes: the first action after which the game can no longer be won in time.
+"""First errors as tokens: of a text completion (where the task's ``first_error`` says), and of an
+episode (the first action after which the game can no longer be won in time).
 
-Environment layer (imports ``envs.base`` and ``envs.episodes`` only). The credit lab's localisation
-needs, for a failed episode, the place it went wrong. A game has no character-level derivation, but
-it has a turn limit and an expert walkthrough (``Problem.solution``, one command per line): after the
-policy's first k actions the game is still winnable when some continuation wins within the turns
-left. ``first_fatal_action`` returns the first k for which none does; its first token is the error.
+Floor ``experiments`` (imports ``core``, ``collect.episodes`` and ``envs.base``), used by the credit
+lab's ``evaluate``. Its localisation needs, for a failed episode, the place it went wrong. A game has
+no character-level derivation, but it has a turn limit and an expert walkthrough
+(``Problem.solution``, one command per line): after the policy's first k actions the game is still
+winnable when some continuation wins within the turns left. ``first_fatal_action`` returns the first
+k for which none does; its first token is the error.
 
 Winnability is decided by replaying the k actions in a fresh clone of the environment, then:
 
@@ -91,4 +93,41 @@ def episode_first_errors(env: Environment, rollout, tokenizer) -> list[int | Non
         problem = rollout.problems[int(rollout.group[i])]
         k = first_fatal_action(env, problem, [a for _, a in acts], env.max_turns)
         out.append(None if k is None else acts[k][0])
+    return out
+
+
+def char_to_token(tokenizer, ids: list[int], offset: int) -> int | None:
+    """Index of the token whose decoded text holds character ``offset`` of the decoded completion.
+
+    An offset at the end of the text points at a final EOS (the completion stopped where it should
+    have gone on); None when there is no such token (e.g. a completion cut by the budget).
+    """
+    prev = 0
+    for t in range(len(ids)):
+        n = len(tokenizer.decode(ids[: t + 1], skip_special_tokens=True))
+        if n > offset:
+            return t
+        if n == prev and t == len(ids) - 1 and offset >= n:  # a final special token (EOS) adds no text
+            return t
+        prev = n
+    return None
+
+
+def first_error_tokens(task, rollout, tokenizer) -> list[int | None]:
+    """Per row: the token of the first error of a failed completion, None for correct rows or unknown.
+
+    Episodes (a policy mask: actions between observations) have no character-level derivation: their
+    first error is the first token of the first action after which the game can no longer be won
+    within its turn limit (``envs.first_error``)."""
+    if getattr(rollout, "policy_mask", None) is not None and hasattr(task, "reset"):
+        return episode_first_errors(task, rollout, tokenizer)
+    out: list[int | None] = []
+    for i in range(rollout.num_rows):
+        if bool(rollout.correct[i]):
+            out.append(None)
+            continue
+        problem = rollout.problems[int(rollout.group[i])]
+        offset = task.first_error(rollout.completions[i], problem)
+        ids = rollout.completion_tokens(i).tolist()
+        out.append(None if offset is None else char_to_token(tokenizer, ids, offset))
     return out
