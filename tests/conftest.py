@@ -76,3 +76,20 @@ def grid_sweep(tmp_path, monkeypatch):
         "  model.lr: [1.0e-4, 5.0e-5]\n"
         "  seed_everything: [0, 1, 2]\n",
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory) -> Path:
+    """A tiny quickstart checkpoint after one RL step, warm-started to ~40% correct (the credit lab)."""
+    from lightning_rlvr.cli import run
+
+    root = tmp_path_factory.mktemp("credit_eval")
+    args = ["fit", "--config", QUICKSTART, "--config", TINY, "--trainer.max_steps", "1"]
+    args += ["--model.warm_start.init_args.max_steps", "300"]  # ~40% correct: mixed groups, a varying oracle
+    args += [
+        "--trainer.logger.init_args.save_dir",
+        str(root / "runs"),
+        "--trainer.default_root_dir",
+        str(root),
+    ]
+    return Path(run(args).trainer.checkpoint_callback.last_model_path)

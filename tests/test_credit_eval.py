@@ -168,22 +168,7 @@ def test_character_offsets_map_to_the_token_that_holds_them():
     assert char_to_token(tok, ids, len(" 7+5+0=11;")) is None  # cut by the budget: no token
 
 
-# ---------------------------------------------------------------------------- end to end
-@pytest.fixture(scope="module")
-def tiny_ckpt(tmp_path_factory) -> Path:
-    from lightning_rlvr.cli import run
-    from tests.conftest import QUICKSTART, TINY
-
-    root = tmp_path_factory.mktemp("credit_eval")
-    args = ["fit", "--config", QUICKSTART, "--config", TINY, "--trainer.max_steps", "1"]
-    args += ["--model.warm_start.init_args.max_steps", "300"]  # ~40% correct: mixed groups, a varying oracle
-    args += [
-        "--trainer.logger.init_args.save_dir",
-        str(root / "runs"),
-        "--trainer.default_root_dir",
-        str(root),
-    ]
-    return Path(run(args).trainer.checkpoint_callback.last_model_path)
+# ---------------------------------------------------------------------------- end to end (conftest.tiny_ckpt)
 
 
 def method_files_at_test_scale(tmp_path: Path) -> list[str]:

@@ -25,7 +25,8 @@ the same rollouts: SHEAR's (its span distance to the opposite group is larger
 after the first error than before) and HSD's (its distillation signal
 concentrates at the first error), as the share of groups where each holds.
 
-Writes credit_eval.csv, credit_eval.md (the table + claims) and credit_eval.png.
+Writes credit_eval.csv, credit_eval.md (the table + claims) and credit_eval.png. A killed lab rerun
+with the same command resumes after its last finished batch, to the same numbers (``totals``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -47,7 +47,7 @@ from ...core.files import write_text
 from ...core.progress import Progress
 from ...core.rng import seeded
 from .ceiling import agreement, ceiling, curve, share, split_oracle, write_curve
-from .claims import new_claims, record_claims
+from .claims import record_claims
 from .first_error import first_error_tokens
 from .metrics import (
     Summary,
@@ -59,29 +59,16 @@ from .metrics import (
     summarise,
 )
 from .report import markdown, plot, write_claims, write_csv
-from .view import DEFAULT_METHODS, assign_all, load_module_and_methods
+from .totals import Records, run_key
+from .totals import clear as clear_totals
+from .totals import load as load_totals
+from .totals import save as save_totals
+from .view import DEFAULT_METHODS, assign_all, load_module_and_methods, method_files
 
 log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- per-method records
-@dataclass
-class Records:
-    """Per-rollout values of one method (None where undefined) with each value's group."""
-
-    cls: str = ""
-    spearman: list = field(default_factory=list)  # constant credit = 0; None where the oracle is constant
-    ranked: list = field(default_factory=list)  # 1 where the credit varies (on the same rollouts), else 0
-    sign: list = field(default_factory=list)
-    coverage: list = field(default_factory=list)
-    loc: list = field(default_factory=list)
-    loc_uniform: list = field(default_factory=list)
-    groups: list = field(default_factory=list)  # for spearman / sign (every rollout)
-    loc_groups: list = field(default_factory=list)  # for localisation (failed rollouts with a known error)
-    tokens: float = 0.0
-    seconds: float = 0.0
-
-
 def record_batch(
     records: dict[str, Records],
     views,
@@ -225,17 +212,25 @@ def run(args: argparse.Namespace) -> dict:
     G = args.group_size or max(module.group_size, 2)
     if G < 2:
         raise RLVRError("--group-size must be >= 2: the lab compares rollouts within a group")
-    records: dict[str, Records] = {}
-    claims = new_claims()
     problems = [module.task.problem(args.split, i) for i in range(args.prompts)]
-    n_correct = n_rows = n_known = n_failed = 0
-    oracle_tokens = 0
-    half_r, half_g, outcome_sign, outcome_g = [], [], [], []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    given = ("split", "prompts", "batch_prompts", "oracle_samples", "oracle_every", "window", "engine")
+    numbers_depend_on = {"G": G, "seed": args.seed, **{k: getattr(args, k) for k in given}}
+    key = run_key(args.ckpt_path, method_files(args.methods), numbers_depend_on)
+    t = load_totals(out, key, methods)  # a killed lab's finished batches, or none
     starts = range(0, len(problems), args.batch_prompts)
-    rollouts = {}  # every rollout first, each batch from its own seed: fixed by the seed alone
-    for b in starts:
-        with seeded(args.seed, "rollout", b), torch.no_grad():
-            rollouts[b] = module.rollout(problems[b : b + args.batch_prompts], G)
+    todo = [b for b in starts if b not in t.done]
+    rollouts: dict = {}  # each batch from its own seed: fixed by the seed alone, whatever ran before
+
+    def rollout_of(b: int):
+        if b not in rollouts:
+            with seeded(args.seed, "rollout", b), torch.no_grad():
+                rollouts[b] = module.rollout(problems[b : b + args.batch_prompts], G)
+        return rollouts[b]
+
+    for b in todo:  # every rollout first
+        rollout_of(b)
 
     def make_for(rollout):
         return lambda: Scorer(
@@ -245,31 +240,33 @@ def run(args: argparse.Namespace) -> dict:
     # The bar counts batches, which cost the same, so its time left holds from the first one; a batch's
     # passes (each oracle half, then each method) differ 10x in cost and only show how far it is.
     per_batch = (2 if args.oracle_samples >= 2 else 1) + len(methods)
-    bar = Progress(len(starts), "credit lab", f"batches of {args.batch_prompts} prompts")
-    for b in starts:
+    bar = Progress(len(todo), "credit lab", f"batches of {args.batch_prompts} prompts")
+    for b in todo:
         batch, rollout = problems[b : b + args.batch_prompts], rollouts[b]
         make = make_for(rollout)
         tick = pass_ticker(bar, per_batch)
         truth, half_a, half_b, tokens = split_oracle(
             rollout, make, args.oracle_samples, args.oracle_every, (args.seed, "oracle", b), tick
         )  # [N, T] raw MC segment advantages, and its two independent halves
-        oracle_tokens += tokens
+        t.oracle_tokens += tokens
         grpo, views = assign_all(methods, rollout, make, key=(args.seed, "method", b), tick=tick)
         errors = first_error_tokens(module.task, rollout, module.tokenizer)
-        record_batch(records, views, truth, errors, rollout, b, args.window)
-        record_claims(claims, views, errors, rollout, grpo, b, args.window)
+        record_batch(t.records, views, truth, errors, rollout, b, args.window)
+        record_claims(t.claims, views, errors, rollout, grpo, b, args.window)
         for i, L in enumerate(rollout.lengths.tolist()):
             if L >= 1:
                 g = b + int(rollout.group[i])
-                outcome_sign.append(sign_agreement(grpo[i].expand(L), truth[i, :L]))
-                outcome_g.append(g)
+                t.outcome_sign.append(sign_agreement(grpo[i].expand(L), truth[i, :L]))
+                t.outcome_g.append(g)
                 if half_a is not None:
-                    half_r.append(agreement(half_a[i, :L], half_b[i, :L], truth[i, :L]))
-                    half_g.append(g)
-        n_rows += rollout.num_rows
-        n_correct += int(rollout.correct.sum())
-        n_failed += int((~rollout.correct).sum())
-        n_known += sum(e is not None for e in errors)
+                    t.half_r.append(agreement(half_a[i, :L], half_b[i, :L], truth[i, :L]))
+                    t.half_g.append(g)
+        t.n_rows += rollout.num_rows
+        t.n_correct += int(rollout.correct.sum())
+        t.n_failed += int((~rollout.correct).sum())
+        t.n_known += sum(e is not None for e in errors)
+        t.done.append(b)
+        save_totals(out, key, t, methods)  # a kill from here on resumes after this batch
         bar.update()
         log.info(
             "credit-eval: %d / %d prompts (%.0f s)",
@@ -278,11 +275,12 @@ def run(args: argparse.Namespace) -> dict:
             time.perf_counter() - start,
         )
     bar.close()
-    top = ceiling(summarise(half_r, half_g, args.bootstrap, args.seed))
-    rows = summaries(records, len(problems), args.bootstrap, args.seed, top["ceiling"][0])
-    claim_rows = [c.summary() for c in claims.values()]
-    uniform = summarise([u for r in records.values() for u in r.loc_uniform][:n_known], list(range(n_known)))
-    outcome = summarise(outcome_sign, outcome_g, args.bootstrap, args.seed)
+    top = ceiling(summarise(t.half_r, t.half_g, args.bootstrap, args.seed))
+    rows = summaries(t.records, len(problems), args.bootstrap, args.seed, top["ceiling"][0])
+    claim_rows = [c.summary() for c in t.claims.values()]
+    known = list(range(t.n_known))
+    uniform = summarise([u for r in t.records.values() for u in r.loc_uniform][: t.n_known], known)
+    outcome = summarise(t.outcome_sign, t.outcome_g, args.bootstrap, args.seed)
     rel, root = top["reliability"], top["ceiling"]
     reference = {
         "oracle reliability (two independent halves, Spearman-Brown)": _triple(rel),
@@ -296,20 +294,18 @@ def run(args: argparse.Namespace) -> dict:
         "prompts P": len(problems),
         "group size G": G,
         "engine": type(module.engine).__name__,
-        "rollouts": n_rows,
-        "correct": n_correct,
-        "failed with a known first error": f"{n_known} of {n_failed}",
+        "rollouts": t.n_rows,
+        "correct": t.n_correct,
+        "failed with a known first error": f"{t.n_known} of {t.n_failed}",
         "MC oracle": f"M = {args.oracle_samples} continuations every {args.oracle_every} tokens (raw)",
-        "oracle tokens / group": f"{oracle_tokens / len(problems):.0f}",
+        "oracle tokens / group": f"{t.oracle_tokens / len(problems):.0f}",
         "d": args.window,
         "bootstrap": f"{args.bootstrap} group resamples",
         "seed": args.seed,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     curve_rows = None
     if args.ceiling_curve:
-        sub = {b: r for b, r in rollouts.items() if b < args.ceiling_prompts}
+        sub = {b: rollout_of(b) for b in starts if b < args.ceiling_prompts}
         curve_rows = curve(
             sub, make_for, sorted(set(args.ceiling_curve)), args.oracle_every, args.seed, args.bootstrap
         )
@@ -319,17 +315,22 @@ def run(args: argparse.Namespace) -> dict:
             f"cuts every {args.oracle_every} tokens"
         )
         print(write_curve(out, curve_rows, note))  # the terminal gets the table, not only the file name
-    settings["wall time"] = f"{time.perf_counter() - start:.0f} s"
+    resumed = len(starts) - len(todo)
+    settings["wall time"] = f"{time.perf_counter() - start:.0f} s" + (
+        f" (this run; the first {resumed} batches ran before it was killed)" if resumed else ""
+    )
     write_csv(out / "credit_eval.csv", rows)
     write_claims(out / "credit_claims.csv", claim_rows)
     table = markdown(rows, claim_rows, settings, reference, args.window)
     write_text(out / "credit_eval.md", table)
     title = (
-        f"Credit lab: {args.ckpt_path}\n{n_rows} rollouts ({len(problems)} {args.split} prompts x G = {G}), "
+        f"Credit lab: {args.ckpt_path}\n{t.n_rows} rollouts "
+        f"({len(problems)} {args.split} prompts x G = {G}), "
         f"MC oracle M = {args.oracle_samples} every {args.oracle_every} tokens, 95% group-bootstrap intervals"
     )
     lines = {"ceiling": root[0], "uniform": uniform.mean, "outcome_sign": outcome.mean}
     plot(out / "credit_eval.png", rows, lines, title)
+    clear_totals(out)
     print(table)
     log.info("wrote %s/credit_eval.{csv,md,png} in %s", out, settings["wall time"])
     return {"rows": rows, "claims": claim_rows, "settings": settings, "reference": reference,
