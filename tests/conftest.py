@@ -78,18 +78,18 @@ def grid_sweep(tmp_path, monkeypatch):
     )
 
 
-@pytest.fixture(scope="session")
-def tiny_ckpt(tmp_path_factory) -> Path:
-    """A tiny quickstart checkpoint after one RL step, warm-started to ~40% correct (the credit lab)."""
+def tiny_fit(root: Path, *extra: str) -> Path:
+    """The last checkpoint of a 1-step quickstart fit at test scale under ``root`` (``extra``: more args)."""
     from lightning_rlvr.cli import run
 
-    root = tmp_path_factory.mktemp("credit_eval")
-    args = ["fit", "--config", QUICKSTART, "--config", TINY, "--trainer.max_steps", "1"]
-    args += ["--model.warm_start.init_args.max_steps", "300"]  # ~40% correct: mixed groups, a varying oracle
-    args += [
-        "--trainer.logger.init_args.save_dir",
-        str(root / "runs"),
-        "--trainer.default_root_dir",
-        str(root),
-    ]
+    args = ["fit", "--config", QUICKSTART, "--config", TINY, "--trainer.max_steps", "1", *extra]
+    args += ["--trainer.logger.init_args.save_dir", str(root / "runs")]
+    args += ["--trainer.default_root_dir", str(root)]
     return Path(run(args).trainer.checkpoint_callback.last_model_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory) -> Path:
+    """A tiny quickstart checkpoint after one RL step, warm-started to ~40% correct (the credit lab):
+    groups with correct and failed rollouts, and an oracle that varies."""
+    return tiny_fit(tmp_path_factory.mktemp("credit_eval"), "--model.warm_start.init_args.max_steps", "300")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lightning_rlvr.experiments.credit_lab import view as cv
-from tests.conftest import REPO
+from tests.conftest import REPO, tiny_fit
 
 METHODS = sorted((REPO / "configs" / "method").glob("*.yaml"))
 
@@ -47,19 +47,9 @@ def test_every_method_yaml_builds_its_credit_assigner(method):
 
 @pytest.fixture(scope="module")
 def tiny_ckpt(tmp_path_factory) -> Path:
-    """A 1-step fit at test scale (the ``run_cli`` fixture's arguments, shared by this file's tests)."""
-    from lightning_rlvr.cli import run
-    from tests.conftest import QUICKSTART, TINY
-
-    root = tmp_path_factory.mktemp("credit_view")
-    args = ["fit", "--config", QUICKSTART, "--config", TINY, "--trainer.max_steps", "1"]
-    args += [
-        "--trainer.logger.init_args.save_dir",
-        str(root / "runs"),
-        "--trainer.default_root_dir",
-        str(root),
-    ]
-    return Path(run(args).trainer.checkpoint_callback.last_model_path)
+    """A 1-step fit at test scale without the credit lab's longer warm start (conftest's ``tiny_ckpt``):
+    these tests read this checkpoint's groups."""
+    return tiny_fit(tmp_path_factory.mktemp("credit_view"))
 
 
 def method(name: str) -> str:
