@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 import pytest
+import torch
 
 from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.sc_grpo import SCGRPOCredit
@@ -101,7 +102,7 @@ def test_the_partial_file_restores_every_methods_state_and_the_totals(tmp_path):
     for _ in range(5):
         methods["sc_grpo"].peers.choice([0, 1, 2])  # the generator moves on
     methods["hp_rlvr"].update_baselines([11, 12], [1.0, 0.0])
-    t = totals.Totals(claims={}, n_rows=8, done=[0, 4])
+    t = totals.Totals(claims={}, n_correct=5, n_failed=3, done=[0, 4])
     t.records["grpo"] = totals.Records(cls="GRPOCredit", spearman=[0.5, None], groups=[0, 1], tokens=3.0)
     key = {"ckpt": ["a", 1, 2], "seed": 0}
     totals.save(tmp_path, key, t, methods)
@@ -118,3 +119,22 @@ def test_the_partial_file_restores_every_methods_state_and_the_totals(tmp_path):
     empty = totals.load(tmp_path, {**key, "seed": 1}, other)  # another key: nothing restored
     assert empty.done == [] and empty.records == {} and set(empty.claims) == {"shear", "shear_control", "hsd"}
     assert other["hp_rlvr"].state_dict()["keys"] == []
+
+
+@pytest.mark.parametrize("damage", [b"not a torch file", None])  # garbage; a file from another version
+def test_a_partial_file_that_cannot_be_read_back_is_set_aside_and_changes_no_method(tmp_path, damage, caplog):
+    methods = {"sc_grpo": SCGRPOCredit(seed=3), "hp_rlvr": HPRLVRCredit()}
+    methods["hp_rlvr"].update_baselines([11], [1.0])
+    key = {"seed": 0}
+    if damage is None:
+        totals.save(tmp_path, key, totals.Totals(claims={}), methods)
+        state = torch.load(tmp_path / PARTIAL, weights_only=True)
+        state["totals"]["a_field_this_version_lacks"] = 1
+        torch.save(state, tmp_path / PARTIAL)
+    else:
+        (tmp_path / PARTIAL).write_bytes(damage)
+    fresh = {"sc_grpo": SCGRPOCredit(seed=3), "hp_rlvr": HPRLVRCredit()}
+    expected = {name: repr(c.state_dict()) for name, c in fresh.items()}
+    back = totals.load(tmp_path, key, fresh)
+    assert back.done == [] and back.records == {} and "cannot be read back" in caplog.text
+    assert {name: repr(c.state_dict()) for name, c in fresh.items()} == expected

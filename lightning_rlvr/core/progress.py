@@ -106,10 +106,8 @@ class Progress:
         """Values shown with the count, said at once in plain lines if ``every_s`` has passed: for units
         long enough that their own steps should show (the credit lab's batches and their passes)."""
         self.set_postfix(**values)
-        now = time.monotonic()
-        if self.enabled and self._bar is None and now - self._last >= self.every_s:
-            self._last = now
-            say(self._line(final=False), self.stream)
+        if self.enabled and self._bar is None:
+            self._say_if_due()
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -117,9 +115,13 @@ class Progress:
             return
         if self._bar is not None:
             self._bar.update(n)
-            return
+        elif self.n != self.total:  # the last one: close() says it
+            self._say_if_due()
+
+    def _say_if_due(self) -> None:
+        """A plain line, unless the last one was less than ``every_s`` ago."""
         now = time.monotonic()
-        if now - self._last >= self.every_s and self.n != self.total:  # the last one: close() says it
+        if now - self._last >= self.every_s:
             self._last = now
             say(self._line(final=False), self.stream)
 

@@ -261,7 +261,6 @@ def run(args: argparse.Namespace) -> dict:
                 if half_a is not None:
                     t.half_r.append(agreement(half_a[i, :L], half_b[i, :L], truth[i, :L]))
                     t.half_g.append(g)
-        t.n_rows += rollout.num_rows
         t.n_correct += int(rollout.correct.sum())
         t.n_failed += int((~rollout.correct).sum())
         t.n_known += sum(e is not None for e in errors)

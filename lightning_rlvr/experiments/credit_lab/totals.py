@@ -55,12 +55,15 @@ class Totals:
     half_g: list = field(default_factory=list)
     outcome_sign: list = field(default_factory=list)  # GRPO's one sign per rollout against the oracle
     outcome_g: list = field(default_factory=list)
-    n_rows: int = 0
     n_correct: int = 0
     n_failed: int = 0
     n_known: int = 0  # failed rollouts with a known first error
     oracle_tokens: int = 0
     done: list = field(default_factory=list)  # first prompt index of each finished batch
+
+    @property
+    def n_rows(self) -> int:
+        return self.n_correct + self.n_failed
 
 
 def run_key(ckpt: str | Path, method_paths: list[Path], settings: dict) -> dict:
@@ -84,20 +87,29 @@ def save(out: Path, key: dict, totals: Totals, methods: dict) -> None:
 
 
 def load(out: Path, key: dict, methods: dict) -> Totals:
-    """The totals of a killed lab with the same ``key`` (its methods' states restored), else empty ones."""
+    """The totals of a killed lab with the same ``key`` (its methods' states restored), else empty ones:
+    also when the file cannot be read back (damaged, or written by another version), and then every
+    method keeps the state it had."""
     path = out / PARTIAL
     if not path.is_file():
         return Totals(claims=new_claims())
-    state = torch.load(path, weights_only=True)
-    if state.get("key") != key:
-        log.warning("credit lab: %s is from other settings or files; starting afresh", path)
+    before = {name: credit.state_dict() for name, credit in methods.items()}
+    try:
+        state = torch.load(path, weights_only=True)
+        if state.get("key") != key:
+            log.warning("credit lab: %s is from other settings or files; starting afresh", path)
+            return Totals(claims=new_claims())
+        t = state["totals"]
+        records = {name: Records(**r) for name, r in t.pop("records").items()}
+        claims = {name: Claim(**c) for name, c in t.pop("claims").items()}
+        totals = Totals(records=records, claims=claims, **t)
+        for name, credit in methods.items():
+            credit.load_state_dict(state["methods"][name])
+    except Exception as err:  # noqa: BLE001 - a partial file is a cache: unreadable, it is set aside
+        for name, credit in methods.items():
+            credit.load_state_dict(before[name])
+        log.warning("credit lab: %s cannot be read back (%s); starting afresh", path, err)
         return Totals(claims=new_claims())
-    t = state["totals"]
-    records = {name: Records(**r) for name, r in t.pop("records").items()}
-    claims = {name: Claim(**c) for name, c in t.pop("claims").items()}
-    for name, credit in methods.items():
-        credit.load_state_dict(state["methods"][name])
-    totals = Totals(records=records, claims=claims, **t)
     log.info("credit lab: resuming after %d finished batches (%s)", len(totals.done), path)
     return totals
 
