@@ -226,18 +226,20 @@ def test_the_baseline_is_matched_on_every_other_axis(tmp_path):
     assert all(e["comparison"].diff == pytest.approx(0.1) for e in found)  # not 0.5 across tasks
 
 
-def test_training_seconds_to_reach_the_target_come_from_the_step_times(tmp_path):
+def test_training_seconds_and_steps_to_reach_the_target_come_from_the_step_rows(tmp_path):
     d = tmp_path / "run"
     (d / "logs" / "fit").mkdir(parents=True)
     # as Lightning writes it: the validation before RL at step 0, then one after steps 0-1 logged at
-    # step 1 and one after steps 0-3 at step 3
-    lines = ["step,time/rollout_s,time/score_s,time/credit_s,time/update_s,val/pass@1", "0,,,,,0.10"]
-    steps = [f"{s},1.0,0.25,0.25,{0.5 * (s + 1)}," for s in range(4)]  # steps 0-3: 2.0, 2.5, 3.0, 3.5 s
-    lines += [*steps[:2], "1,,,,,0.30", *steps[2:], "3,,,,,0.50"]
+    # step 1 and one after steps 0-4 at step 4
+    cols = "step,train/reward_mean,time/rollout_s,time/score_s,time/credit_s,time/update_s,val/pass@1"
+    lines = [cols, "0,,,,,,0.10"]
+    steps = [f"{s},0.5,1.0,0.25,0.25,{0.5 * (s + 1)}," for s in range(5)]  # steps 0-4: 2.0, 2.5 .. 4.0 s
+    lines += [*steps[:2], "1,,,,,,0.30", *steps[2:], "4,,,,,,0.50"]
     (d / "logs" / "fit" / "metrics.csv").write_text("\n".join(lines) + "\n")
-    curve = run_rows.train_seconds_curve(d)
-    assert curve == [(0.0, 0.10), (4.5, 0.30), (11.0, 0.50)]
-    assert stats_time(curve, 0.3) == 4.5 and stats_time(curve, 0.4) == 11.0 and stats_time(curve, 0.05) == 0.0
+    full = run_rows.training_curve(d)
+    assert full == [(0.0, 0, 0.10), (4.5, 2, 0.30), (15.0, 5, 0.50)]
+    curve = [(seconds, value) for seconds, _, value in full]
+    assert stats_time(curve, 0.3) == 4.5 and stats_time(curve, 0.4) == 15.0 and stats_time(curve, 0.05) == 0.0
     assert math.isnan(stats_time(curve, 0.6))
 
 
@@ -303,5 +305,8 @@ def test_report_has_the_comparison_time_to_target_and_credit_columns(tmp_path, m
         rows = list(csv.DictReader(f))
     # run i reaches 0.5 + 0.05 i at its second validation (step 2, no step times logged: 0 s)
     assert [r["time_to_target_s"] for r in rows] == ["", "0.0", "0.0", "0.0", "0.0", "0.0"]
+    assert [r["steps_to_target"] for r in rows] == ["", "3", "3", "3", "3", "3"]  # after the 3 rewards
+    assert [r["steps_at_last_val"] for r in rows] == ["3"] * 6
+    assert "steps to val pass@1 >= 0.55 (seeds)" in md
     assert [r["credit_eval/spearman"] for r in rows] == ["", "", "", "", "0.3", ""]
     assert [r["credit_eval/sign"] for r in rows] == ["", "", "", "", "0.6", ""]

@@ -1,5 +1,5 @@
-"""Training seconds to a target accuracy, compared with the baseline: a run that never reaches the target
-counts its whole training time (it is not dropped), and a shorter time reads as faster."""
+"""Training seconds (and RL steps) to a target accuracy, compared with the baseline: a run that never
+reaches the target counts its whole training time (it is not dropped), and a shorter time reads as faster."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ import pytest
 
 from lightning_rlvr.experiments.sweep import report as rep
 from lightning_rlvr.experiments.sweep.claims import Claim, claims_section
-from lightning_rlvr.experiments.sweep.rows import START, TIME_CAP, TIME_TO_TARGET, times_to_target
+from lightning_rlvr.experiments.sweep.rows import (
+    START,
+    STEPS_CAP,
+    STEPS_TO_TARGET,
+    TIME_CAP,
+    TIME_TO_TARGET,
+    to_target,
+)
 from lightning_rlvr.experiments.sweep.spec import ReportSettings
 
 
@@ -27,7 +34,7 @@ def test_a_run_that_never_reaches_the_target_counts_its_whole_training_time():
     cell = by_seed(run("x", 0, 100), run("x", 1, None, 300), run("x", 2, None, 250), run("x", 3, 50))
     base = by_seed(run("b", 0, 80), run("b", 1, 120), run("b", 2, None, 200), run("b", 3, None, 400))
     base["4"] = run("b", 4, 10)  # no partner: not paired
-    x, y, capped = times_to_target(cell, base)
+    x, y, capped = to_target(cell, base)
     # seed 2: neither reached it, nothing about speed; seeds 1 and 3: one side capped at its full time
     assert x == {"0": 100.0, "1": 300.0, "3": 50.0} and y == {"0": 80.0, "1": 120.0, "3": 400.0}
     assert capped == 2
@@ -36,7 +43,7 @@ def test_a_run_that_never_reaches_the_target_counts_its_whole_training_time():
 def test_rows_without_the_cap_leave_never_reached_seeds_out_as_before():
     cell = by_seed(run("x", 0, 100), run("x", 1, None, cap=None))
     base = by_seed(run("b", 0, 80), run("b", 1, 120))
-    assert times_to_target(cell, base) == ({"0": 100.0}, {"0": 80.0}, 0)
+    assert to_target(cell, base) == ({"0": 100.0}, {"0": 80.0}, 0)
 
 
 SETTINGS = ReportSettings(baseline={"method": "grpo"}, compare=[TIME_TO_TARGET])
@@ -102,5 +109,37 @@ def test_times_print_in_whole_seconds_in_every_table_and_verdict():
     assert "| no difference > " in line and line.endswith(" s |")
     numbers = line.split(" | ")[3:]  # difference [interval], p, MDD, verdict
     assert [n for n in " ".join(numbers[:1] + numbers[2:]).replace(",", " ").split() if "." in n] == []
-    column = rep.time_to_target_column(["method"], grpo + other, target=0.5)
+    column = rep.to_target_column(["method"], grpo + other)
     assert column[0].startswith("130 [") and "." not in column[0]  # mean of 100, 180.5, 110.75: 130.4
+
+
+def steps_run(method: str, seed: int, reached: int | None, cap: int = 24) -> dict:
+    """A results.csv row with RL steps to the target ("" if never) and at the last validation."""
+    return {
+        "method": method, "seed": str(seed), START: "0.1",
+        STEPS_TO_TARGET: "" if reached is None else str(reached), STEPS_CAP: str(cap),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(("steps", "said"), [([3, 6, 3], "faster"), ([21, 21, 18], "slower")])
+def test_steps_to_the_target_read_as_faster_or_slower_in_steps(steps, said):
+    grpo = [steps_run("grpo", s, n) for s, n in enumerate([12, 15, 9])]
+    other = [steps_run("m", s, n) for s, n in enumerate(steps)]
+    settings = ReportSettings(baseline={"method": "grpo"}, compare=[STEPS_TO_TARGET])
+    (line,) = [
+        x
+        for x in rep.comparison_table(["method"], grpo + other, settings).splitlines()
+        if x.startswith("| m |")
+    ]
+    assert line.endswith(f"| {said} |")
+    difference = line.split(" | ")[3]
+    mean = sum(steps) / 3 - 12
+    assert difference.startswith(f"{mean:+.1f} [")  # steps, not seconds: a tenth of a step
+
+
+def test_a_run_that_never_reaches_the_target_counts_all_its_steps():
+    cell = {r["seed"]: r for r in [steps_run("x", 0, None, cap=24), steps_run("x", 1, 6)]}
+    base = {r["seed"]: r for r in [steps_run("b", 0, 9), steps_run("b", 1, None, cap=24)]}
+    assert to_target(cell, base, STEPS_TO_TARGET) == ({"0": 24.0, "1": 6.0}, {"0": 9.0, "1": 24.0}, 2)
+    # the seconds of the same rows are not there: nothing to pair
+    assert to_target(cell, base) == ({}, {}, 0)

@@ -188,6 +188,16 @@ def is_seconds(metric: str) -> bool:
     return metric.endswith("_s")
 
 
+def is_steps(metric: str) -> bool:
+    """A count of RL steps (``steps_to_target``): lower is faster, shown in whole steps."""
+    return metric.startswith("steps_")
+
+
+def is_duration(metric: str) -> bool:
+    """Seconds or steps: a smaller difference reads 'faster', a larger 'slower'."""
+    return is_seconds(metric) or is_steps(metric)
+
+
 def is_fraction(metric: str) -> bool:
     """An accuracy or reward: shown in points (x 100) in the report's tables."""
     return "pass@" in metric or metric.startswith(("val/", "test/", "train/reward"))
@@ -195,7 +205,9 @@ def is_fraction(metric: str) -> bool:
 
 def display(metric: str) -> tuple[float, str, int]:
     """(scale, unit, decimals) a metric's differences print with: accuracies in points, times in whole
-    seconds, anything else as it is."""
+    seconds, steps to a whole step's tenth, anything else as it is."""
     if is_fraction(metric):
         return 100.0, " points", 1
+    if is_steps(metric):
+        return 1.0, " steps", 1
     return (1.0, " s", 0) if is_seconds(metric) else (1.0, "", 3)

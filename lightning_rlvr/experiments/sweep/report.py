@@ -24,7 +24,8 @@ Accuracies are shown in points (100 x the fraction).
 Time to reach ``report.target_accuracy``: the training seconds (the logged
 ``time/*_s`` of every RL step, so validation, checkpointing and start-up, which
 every method pays alike, are left out) summed up to the first validation whose
-pass@1 reaches the target. Credit-lab metrics: a run directory with a
+pass@1 reaches the target; and the RL steps to it, which, unlike seconds, do not
+depend on what else the machine ran. Credit-lab metrics: a run directory with a
 ``credit_eval.csv`` (written by ``lightning-rlvr-credit-eval`` on the final
 checkpoint) adds its ``CREDIT_COLUMNS`` to the run's row; without one the
 columns are omitted.
@@ -39,19 +40,20 @@ from pathlib import Path
 from ...core.files import write_text
 from ..stats import paired_comparison, t_interval, t_quantile, time_to_reach, wilson_interval  # noqa: F401
 from .choice import choice_text
-from .claims import capped_note, claims_section, comparison_cells, display, is_seconds, no_spread
+from .claims import capped_note, claims_section, comparison_cells, display, is_duration, no_spread
 from .curves import SMOOTH, plot_curves, write_curves_csv
 from .rows import (
     START,
     SUMMARY,
     TIME_TO_TARGET,
+    TO_TARGET,
     cell_label,
     compute_line,
     display_names,
     read_fit_metrics,
     read_results_csv,
     run_row,
-    times_to_target,
+    to_target,
     write_results_csv,
 )
 from .spec import ReportSettings, Run, Sweep, axis_label
@@ -91,32 +93,34 @@ def _fmt(stats: tuple[float, float, float], decimals: int) -> str:
 
 
 def markdown_table(axes: list[str], rows: list[dict], target: float | None = None) -> str:
-    """The results table: one row per cell, mean [95% t-interval] over its seeds; with ``target``, a last
-    column of the training seconds to reach val pass@1 >= target (over the seeds that reached it)."""
+    """The results table: one row per cell, mean [95% t-interval] over its seeds; with ``target``, last
+    columns of the training seconds and the RL steps to reach val pass@1 >= target (over the seeds that
+    reached it; a steps column only where the rows have one)."""
     metrics = _metric_columns(rows)
     header = [*axes, "seeds", *(title for _, title, _ in metrics)]
-    times = time_to_target_column(axes, rows, target) if target is not None else None
-    if times is not None:
-        header.append(f"train s to val pass@1 >= {target:g} (seeds)")
+    to = [] if target is None else [m for m in TO_TARGET if any(m in r for r in rows)]
+    columns = [to_target_column(axes, rows, m) for m in to]
+    for m in to:
+        header.append(f"{'train s' if m == TIME_TO_TARGET else 'steps'} to val pass@1 >= {target:g} (seeds)")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     names = display_names(axes, rows)
     for i, entry in enumerate(summarize(axes, rows)):
         cells = [names[a][entry["cell"][a]] for a in axes] + [str(entry["n"])]
         cells += [_fmt(entry["metrics"][c], d) for c, _, d in metrics]
-        if times is not None:
-            cells.append(times[i])
+        cells += [column[i] for column in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def time_to_target_column(axes: list[str], rows: list[dict], target: float) -> list[str]:
-    """Per cell: "mean s [low, high] (k/n)" over the k of its n seeds that reached ``target``."""
+def to_target_column(axes: list[str], rows: list[dict], metric: str = TIME_TO_TARGET) -> list[str]:
+    """Per cell: "mean [low, high] (k/n)" of ``metric`` (seconds or steps to the target, whole numbers)
+    over the k of its n seeds that reached the target."""
     cells: dict[tuple, list[dict]] = {}
     for row in rows:
         cells.setdefault(tuple(str(row[a]) for a in axes), []).append(row)
     out = []
     for members in cells.values():
-        reached = [float(r[TIME_TO_TARGET]) for r in members if r.get(TIME_TO_TARGET) not in ("", None)]
+        reached = [float(r[metric]) for r in members if r.get(metric) not in ("", None)]
         mean, lo, hi = t_interval(reached)  # whole seconds, with the interval when there is one
         interval = "" if math.isnan(lo) else f" [{lo:.0f}, {hi:.0f}]"
         text = f"{mean:.0f}{interval}" if reached else "never"
@@ -164,8 +168,8 @@ def compare_to_baseline(axes: list[str], rows: list[dict], settings: ReportSetti
         left_out = {seed for seed, _, _ in unpaired}
         same = {s: r for s, r in seeds.items() if s not in left_out}
         for metric in settings.compare:
-            if metric == TIME_TO_TARGET:  # a run that never reached it counts its whole training time
-                x, y, capped = times_to_target(same, base)
+            if metric in TO_TARGET:  # a run that never reached it counts its whole training time
+                x, y, capped = to_target(same, base, metric)
             else:
                 x, y, capped = _metric_by_seed(same, metric), _metric_by_seed(base, metric), 0
             if not (x or unpaired) or not y:
@@ -199,7 +203,7 @@ def _verdict(c, metric: str) -> str:
     if no_spread(c):
         return "undecided (every seed differs by exactly this: no spread to test)"
     if c.separated:
-        if is_seconds(metric):
+        if is_duration(metric):
             return "slower" if c.diff > 0 else "faster"
         return "better" if c.diff > 0 else "worse"
     return f"no difference > {c.mdd * scale:.{dec}f}{unit}"

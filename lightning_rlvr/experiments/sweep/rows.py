@@ -3,9 +3,9 @@
 Layer: ``experiments`` (reads files only, so a report can be rewritten while a sweep still runs).
 A row has ``run_id``, one column per grid axis, ``seed``, test pass@k from the final checkpoint, val
 pass@1 before RL and at the last validation, the train reward averaged over the last ``TAIL`` steps, the
-training seconds to the report's target accuracy (and at the last validation, for a run that never
-reached it), the fit time, and the credit lab's columns when the
-run has a ``credit_eval.csv``. A cell (a combination of axis values) is named by ``cell_label``.
+training seconds and RL steps to the report's target accuracy (and at the last validation, for a run
+that never reached it), the fit time, and the credit lab's columns when the run has a
+``credit_eval.csv``. A cell (a combination of axis values) is named by ``cell_label``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,15 @@ from .spec import CREDIT_EVAL, DONE, TEST_METRICS, Run, Sweep, run_dir
 
 TAIL = 10  # steps averaged for the final train reward
 STEP_TIME_KEYS = ("time/rollout_s", "time/score_s", "time/credit_s", "time/update_s")  # one RL step
+REWARD = "train/reward_mean"  # logged once per RL step: its rows count the steps
 # credit_eval.csv metrics (``experiments.credit_lab.evaluate.write_csv`` writes each as ``<name>_mean`` etc.)
 CREDIT_COLUMNS = ("spearman", "localisation", "sign")
 TIME_TO_TARGET = "time_to_target_s"
 TIME_CAP = "train_s_at_last_val"  # a run that never reached the target: its training seconds at its end
+# RL steps to the target: what wall time measures, without the load of whatever else the machine ran
+STEPS_TO_TARGET = "steps_to_target"
+STEPS_CAP = "steps_at_last_val"
+TO_TARGET = {TIME_TO_TARGET: TIME_CAP, STEPS_TO_TARGET: STEPS_CAP}  # each to-target metric: its cap
 START = "val/pass@1_start"  # val pass@1 before RL: which warm start a run began from
 # (results.csv column, table header, decimals); test/pass@k columns are added as found
 SUMMARY = [
@@ -49,20 +54,23 @@ def read_fit_metrics(directory: Path) -> dict[str, list[tuple[int, float]]]:
     return series
 
 
-def train_seconds_curve(directory: Path) -> list[tuple[float, float]]:
-    """(training seconds so far, val pass@1) at each validation of the run's fit, in logging order.
+def training_curve(directory: Path) -> list[tuple[float, int, float]]:
+    """(training seconds so far, RL steps so far, val pass@1) at each validation of the run's fit, in
+    logging order.
 
     The seconds are the summed step times (``STEP_TIME_KEYS``) of the RL steps logged before the
-    validation's row. File order, not the step column, decides: Lightning logs a validation after
-    steps 0..s at step s, the same step as the last training row, and the one before RL at step 0.
+    validation's row; the steps count the rows with a ``REWARD``. File order, not the step column,
+    decides: Lightning logs a validation after steps 0..s at step s, the same step as the last training
+    row, and the one before RL at step 0.
     """
-    out, total = [], 0.0
+    out, total, steps = [], 0.0, 0
     for path in sorted((directory / "logs" / "fit").rglob("metrics.csv")):
         with open(path) as f:
             for row in csv.DictReader(f):
                 total += sum(float(row[k]) for k in STEP_TIME_KEYS if row.get(k) not in ("", None))
+                steps += row.get(REWARD) not in ("", None)
                 if row.get("val/pass@1") not in ("", None):
-                    out.append((total, float(row["val/pass@1"])))
+                    out.append((total, steps, float(row["val/pass@1"])))
     return out
 
 
@@ -102,7 +110,7 @@ def run_row(sweep: Sweep, run: Run) -> dict | None:
     done = json.loads((d / DONE).read_text())
     series = read_fit_metrics(d)
     val = series.get("val/pass@1", [])
-    reward = [v for _, v in series.get("train/reward_mean", [])]
+    reward = [v for _, v in series.get(REWARD, [])]
     row = {"run_id": run.run_id, **dict(run.cell), "seed": run.seed if run.seed is not None else ""}
     row.update(json.loads((d / TEST_METRICS).read_text()))
     row[START] = val[0][1] if val and val[0][0] == 0 else ""
@@ -111,38 +119,42 @@ def run_row(sweep: Sweep, run: Run) -> dict | None:
     row["steps"] = len(reward)
     target = sweep.report.target_accuracy
     if target is not None:
-        curve = train_seconds_curve(d)
-        reached = time_to_reach(curve, target)
-        row[TIME_TO_TARGET] = "" if math.isnan(reached) else round(reached, 1)
-        row[TIME_CAP] = round(curve[-1][0], 1) if curve else ""
+        curve = training_curve(d)
+        for i, (metric, cap) in enumerate(TO_TARGET.items()):  # seconds to a tenth, whole steps
+            reached = time_to_reach([(c[i], c[2]) for c in curve], target)
+            row[metric] = "" if math.isnan(reached) else round(reached, 1) if i == 0 else int(reached)
+            row[cap] = round(curve[-1][i], 1) if curve else ""
     row.update(read_credit_eval(d, dict(run.cell).get("method")))
     row["fit_s"] = done.get("fit_s", "")
     row["test_s"] = done.get("test_s", "")
     return row
 
 
-def _time_or_cap(row: dict) -> tuple[float, bool] | None:
-    """(seconds to the target, True), or (training seconds at the last validation, False) if never."""
-    for key, reached in ((TIME_TO_TARGET, True), (TIME_CAP, False)):
+def _value_or_cap(row: dict, metric: str) -> tuple[float, bool] | None:
+    """(seconds or steps to the target, True), or (those at the last validation, False) if never."""
+    for key, reached in ((metric, True), (TO_TARGET[metric], False)):
         if row.get(key) not in ("", None):
             return float(row[key]), reached
     return None
 
 
-def times_to_target(cell: dict[str, dict], base: dict[str, dict]) -> tuple[dict, dict, int]:
-    """Training seconds to the target by seed, for a cell's runs and the baseline's ({seed: row} each).
+def to_target(
+    cell: dict[str, dict], base: dict[str, dict], metric: str = TIME_TO_TARGET
+) -> tuple[dict, dict, int]:
+    """Training seconds (or steps: ``metric``, a ``TO_TARGET`` key) to the target by seed, for a cell's
+    runs and the baseline's ({seed: row} each).
 
     A run that never reached the target counts its training seconds at its last validation: a lower
     bound on its time, so a pair holding one can only understate that run's deficit (censored at the
     run's end, as a restricted mean time does). Leaving such seeds out instead would compare a method
     only on the seeds where it succeeded. Seeds where neither run reached it say nothing about speed and
-    are left out. Returns (the cell's seconds, the baseline's, how many pairs hold a capped time).
+    are left out. Returns (the cell's values, the baseline's, how many pairs hold a capped one).
     """
     x: dict[str, float] = {}
     y: dict[str, float] = {}
     capped = 0
     for seed in [s for s in cell if s in base]:
-        a, b = _time_or_cap(cell[seed]), _time_or_cap(base[seed])
+        a, b = _value_or_cap(cell[seed], metric), _value_or_cap(base[seed], metric)
         if a is None or b is None or not (a[1] or b[1]):
             continue
         x[seed], y[seed] = a[0], b[0]
