@@ -230,17 +230,20 @@ def test_the_fast_engine_samples_the_labs_rollouts_and_oracle_as_the_checkpoints
     assert rows["hf"] == rows["fast"] and rows["hf"]
 
 
-def test_the_lab_says_how_far_it_is_in_a_log_file(tiny_ckpt, tmp_path, capsys):
+def test_the_lab_says_how_far_it_is_in_a_log_file(tiny_ckpt, tmp_path, capsys, caplog):
     """Output that is not a terminal gets plain progress lines: batches of prompts (equal costs, so the time
     left holds), and within a batch each oracle half and each method (unequal costs: no time left)."""
     methods = [str(REPO / "configs/method/grpo.yaml"), str(REPO / "configs/method/mc.yaml")]
     args = ["--ckpt_path", str(tiny_ckpt), "--methods", *methods, "--prompts", "2", "--batch-prompts", "1"]
     args += ["--group-size", "2", "--oracle-samples", "2", "--bootstrap", "10"]
+    caplog.set_level("INFO")
     ce.evaluate([*args, "--out", str(tmp_path)])
     err = capsys.readouterr().err.splitlines()
     assert "lightning-rlvr: credit lab: started, 2 batches of 1 prompts" in err
     done = [line for line in err if line.startswith("lightning-rlvr: credit lab: 2/2 batches")]
     assert len(done) == 1 and done[0].endswith("(done)")
+    counted = [r.getMessage() for r in caplog.records if "/ 2" in r.getMessage() or "2/2" in r.getMessage()]
+    assert counted == []  # the progress line is the one count: no log line repeats it per batch
 
 
 def test_the_lab_runs_on_textworld_episodes_and_finds_their_first_errors(run_cli, tmp_path):

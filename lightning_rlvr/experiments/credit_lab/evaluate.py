@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> dict:
     per_batch = (2 if args.oracle_samples >= 2 else 1) + len(methods)
     bar = Progress(len(todo), "credit lab", f"batches of {args.batch_prompts} prompts")
     for b in todo:
-        batch, rollout = problems[b : b + args.batch_prompts], rollouts[b]
+        rollout = rollouts[b]
         make = make_for(rollout)
         tick = pass_ticker(bar, per_batch)
         truth, half_a, half_b, tokens = split_oracle(
@@ -266,13 +266,7 @@ def run(args: argparse.Namespace) -> dict:
         t.n_known += sum(e is not None for e in errors)
         t.done.append(b)
         save_totals(out, key, t, methods)  # a kill from here on resumes after this batch
-        bar.update()
-        log.info(
-            "credit-eval: %d / %d prompts (%.0f s)",
-            b + len(batch),
-            len(problems),
-            time.perf_counter() - start,
-        )
+        bar.update()  # its line counts batches and the time left (one log of progress, not two)
     bar.close()
     top = ceiling(summarise(t.half_r, t.half_g, args.bootstrap, args.seed))
     rows = summaries(t.records, len(problems), args.bootstrap, args.seed, top["ceiling"][0])
