@@ -195,6 +195,34 @@ def test_a_sweep_on_a_fresh_clone_reports_every_archived_run_whatever_it_selects
     assert f"{len(reported)} of 4 runs finished" in (tmp_path / "report" / "results.md").read_text()
 
 
+def test_a_rewritten_report_says_which_archived_runs_it_leaves_out_and_why(tmp_path, monkeypatch, caplog):
+    """Archived runs the sweep file no longer names (a file renamed) or names with other overrides (a new
+    lr) drop out of a rewritten report; each kind is said in the log, and the archive keeps them."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    write(tmp_path / "m" / "two.yaml", "model: {lr: 2.0e-4}\n")
+    grid = "grid:\n  config: [m/one.yaml, m/two.yaml]\n  seed_everything: [0, 1]\n"
+    path = write(tmp_path / "s.yaml", "out: out\nreport_dir: report\n" + grid)
+    assert sw.main([str(path), "--jobs", "1"], runner=FakeLightning()) == 0
+    shutil.rmtree(tmp_path / "out")  # a fresh clone
+    (tmp_path / "m" / "two.yaml").rename(tmp_path / "m" / "deux.yaml")
+    renamed = grid.replace("two.yaml", "deux.yaml")
+    write(
+        path,
+        "out: out\nreport_dir: report\n" + renamed + "axis_overrides:\n  config: {one: {model.lr: 0.5}}\n",
+    )
+    with caplog.at_level("WARNING"):
+        sw.main([str(path), "--report-only"], runner=FakeLightning())
+    assert "2 archived runs in report/runs are no run of the sweep file now" in caplog.text
+    assert "two__seed=0, two__seed=1" in caplog.text
+    for seed in (0, 1):
+        assert (
+            f"one__seed={seed} finished with other overrides than the sweep's: it runs again" in caplog.text
+        )
+    assert "No run has finished yet (4 planned)" in (tmp_path / "report" / "results.md").read_text()
+    assert len(list((tmp_path / "report" / "runs").glob("*/DONE"))) == 4  # nothing deleted
+
+
 def test_a_run_done_with_another_lr_is_run_again_and_the_others_are_kept(grid_sweep):
     text = grid_sweep.read_text().replace("  model.lr: [1.0e-4, 5.0e-5]\n", "").replace("[0, 1, 2]", "[0]")
     write(grid_sweep, text + "out: out\naxis_overrides:\n  method:\n    alpha: {model.lr: 2.0e-4}\n")

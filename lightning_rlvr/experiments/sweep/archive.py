@@ -66,6 +66,14 @@ def archive_run(sweep: Sweep, run: Run) -> Path:
     return dst
 
 
+def not_in_sweep(sweep: Sweep, runs: Iterable[Run]) -> list[str]:
+    """Archived finished runs whose id names no run of ``runs`` (a grid value or file renamed since):
+    the report cannot show them, and the archive keeps them."""
+    ids = {run.run_id for run in runs}
+    archived = (sweep.report_dir / ARCHIVE).glob(f"*/{DONE}")
+    return sorted(p.parent.name for p in archived if p.parent.name not in ids)
+
+
 def restore_runs(sweep: Sweep, runs: Iterable[Run]) -> list[str]:
     """Copy archived runs into run directories that lack a finished run; returns their ids.
 

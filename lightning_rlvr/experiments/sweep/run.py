@@ -42,7 +42,7 @@ import sys
 
 import yaml
 
-from .archive import archive_run, restore_runs
+from .archive import archive_run, not_in_sweep, restore_runs
 from .commands import (
     check_overrides,
     fit_command,
@@ -162,12 +162,22 @@ def main(argv: list[str] | None = None, runner: CommandRunner = subprocess_runne
     restored = restore_runs(sweep, all_runs)
     if restored:
         log.info("%d finished runs restored from %s", len(restored), sweep.report_dir / "runs")
-    for run in runs:  # finished, but its config files say something else now: it runs again
-        changed = stale_configs(sweep, run)
-        if changed:
-            log.warning(
-                "%s finished with other contents of %s: it runs again", run.run_id, ", ".join(changed)
+    for run in runs:  # finished, but its overrides or config files say something else now: it runs again
+        if (run_dir(sweep, run) / DONE).is_file() and not is_done(sweep, run):
+            changed = stale_configs(sweep, run)
+            what = (
+                f"other contents of {', '.join(changed)}" if changed else "other overrides than the sweep's"
             )
+            log.warning(
+                "%s finished with %s: it runs again (the report leaves it out until then)", run.run_id, what
+            )
+    orphans = not_in_sweep(sweep, all_runs)
+    if orphans:  # said once, so a rewritten report that lists fewer runs than the committed one says why
+        log.warning(
+            "%d archived runs in %s are no run of the sweep file now (a grid value or file renamed?); the "
+            "report leaves them out, the archive keeps them: %s",
+            len(orphans), sweep.report_dir / "runs", ", ".join(orphans[:10]) + (" ..." * (len(orphans) > 10)),
+        )  # fmt: skip
     if args.dry_run:  # what a real invocation would run now: finished runs are left out
         env, todo = run_env(sweep, jobs), pending(sweep, runs)
         if len(todo) < len(runs):
