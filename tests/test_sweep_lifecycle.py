@@ -291,3 +291,27 @@ def test_ctrl_c_on_a_sweep_is_one_line_and_exit_130(monkeypatch, capsys):
     assert len(err) == 1 and err[0].startswith("lightning-rlvr-sweep: interrupted;") and "again" in err[0]
     entry = re.search(r'^lightning-rlvr-sweep = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.M)
     assert entry and entry.group(1) == "lightning_rlvr.experiments.sweep.run:console"  # what the script runs
+
+
+def test_a_run_killed_twice_after_the_same_checkpoint_keeps_the_first_parts_rows(tmp_path):
+    """Resumed from step 2 and killed again before its next checkpoint: the second set-aside finds the
+    part for step 2 already there and must keep its rows (steps 0-1), not replace them with the resumed
+    part's rows before step 2 (none). Neither part's seconds after the checkpoint are counted."""
+    from lightning_rlvr.experiments.sweep.resume import fit_seconds_before, set_aside_logs
+
+    run, ckpt = tmp_path / "run", tmp_path / "run" / "checkpoints" / "last.ckpt"
+    live = run / "logs" / "fit" / "metrics.csv"
+
+    def log_steps(steps):
+        live.parent.mkdir(parents=True, exist_ok=True)
+        live.write_text("step,train/reward_mean\n" + "".join(f"{s},0.{s}\n" for s in steps))
+
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"x")
+    log_steps([0, 1, 2, 3])  # the first part: its checkpoint at step 2, then one step more
+    set_aside_logs(run, ckpt, 2, started=ckpt.stat().st_mtime - 30.0)
+    log_steps([2])  # the resumed part, killed before step 4's checkpoint
+    set_aside_logs(run, ckpt, 2, started=ckpt.stat().st_mtime + 5.0)
+    assert [r["step"] for r in _fit_rows(run)] == ["0", "1"]
+    assert fit_seconds_before(run) == pytest.approx(30.0, abs=0.2)
+    assert json.loads((run / "fit_before.json").read_text())["resumed_at"] == [2, 2]

@@ -11,6 +11,8 @@ moved to ``logs/fit/0_until_step_<s>/metrics.csv`` first, keeping only rows logg
 checkpoint's global step s (Lightning logs train step k, 0-based, at step k, and the validation after
 it at step k too; the resumed fit logs steps s, s+1, ...). Readers take ``logs/fit/**/metrics.csv``
 in sorted order, and ``0_...`` sorts before ``metrics.csv``, so curves read in training order.
+A fit resumed from step s and killed again before its next checkpoint finds the part for s already
+there: its rows stay (the resumed part's rows are all at s or later, and are dropped).
 
 The clock. ``fit_s`` of a resumed run is the seconds the interrupted part needed to reach its
 checkpoint (the checkpoint's time minus the run's start, summed over resumptions in ``FIT_BEFORE``)
@@ -27,6 +29,7 @@ from pathlib import Path
 import torch
 
 from ...checkpoints import checkpoint_problem
+from ...core.files import write_text
 
 FIT_BEFORE = "fit_before.json"  # {"seconds": ..., "resumed_at": [steps]}: earlier parts of an interrupted fit
 PART = "0_until_step_{step:07d}"  # sorts before the live metrics.csv and in step order among parts
@@ -56,23 +59,31 @@ def set_aside_logs(directory: Path, checkpoint: Path, step: int, started: float)
     add its seconds up to ``checkpoint`` (the run started at ``started``, a timestamp) to ``FIT_BEFORE``."""
     live = directory / "logs" / "fit" / "metrics.csv"
     if live.is_file():
-        with open(live, newline="") as f:
-            reader = csv.DictReader(f)
-            fields = reader.fieldnames or []
-            rows = [r for r in reader if int(float(r.get("step") or 0)) < step]
+        part = live.parent / PART.format(step=step) / "metrics.csv"
+        # a part for this step is already there when a resumed fit was killed before its next checkpoint:
+        # its rows stay, and the resumed part adds its rows before the step (none, normally)
+        fields, rows = _read_rows(part) if part.is_file() else ([], [])
+        new_fields, new_rows = _read_rows(live)
+        fields += [k for k in new_fields if k not in fields]
+        rows += [r for r in new_rows if int(float(r.get("step") or 0)) < step]
         out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n", restval="")
         writer.writeheader()
         writer.writerows(rows)
-        part = live.parent / PART.format(step=step) / "metrics.csv"
         part.parent.mkdir(parents=True, exist_ok=True)
-        part.write_text(out.getvalue())
+        write_text(part, out.getvalue())
         live.unlink()
     before = fit_seconds_before(directory)
     resumed = json.loads((directory / FIT_BEFORE).read_text())["resumed_at"] if before else []
     seconds = before + max(0.0, checkpoint.stat().st_mtime - started)
     record = {"seconds": round(seconds, 1), "resumed_at": [*resumed, step]}
     (directory / FIT_BEFORE).write_text(json.dumps(record))
+
+
+def _read_rows(path: Path) -> tuple[list[str], list[dict]]:
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames or []), list(reader)
 
 
 def fit_seconds_before(directory: Path) -> float:
