@@ -315,3 +315,7 @@ def test_a_run_killed_twice_after_the_same_checkpoint_keeps_the_first_parts_rows
     assert [r["step"] for r in _fit_rows(run)] == ["0", "1"]
     assert fit_seconds_before(run) == pytest.approx(30.0, abs=0.2)
     assert json.loads((run / "fit_before.json").read_text())["resumed_at"] == [2, 2]
+
+    log_steps([0, 1, 2])  # killed between writing the part and removing the live file: done again
+    set_aside_logs(run, ckpt, 2, started=ckpt.stat().st_mtime + 5.0)
+    assert [r["step"] for r in _fit_rows(run)] == ["0", "1"]  # each row once

@@ -65,7 +65,8 @@ def set_aside_logs(directory: Path, checkpoint: Path, step: int, started: float)
         fields, rows = _read_rows(part) if part.is_file() else ([], [])
         new_fields, new_rows = _read_rows(live)
         fields += [k for k in new_fields if k not in fields]
-        rows += [r for r in new_rows if int(float(r.get("step") or 0)) < step]
+        seen = {_row_key(r) for r in rows}  # a kill between writing the part and removing the live file
+        rows += [r for r in new_rows if int(float(r.get("step") or 0)) < step and _row_key(r) not in seen]
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n", restval="")
         writer.writeheader()
@@ -84,6 +85,10 @@ def _read_rows(path: Path) -> tuple[list[str], list[dict]]:
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         return list(reader.fieldnames or []), list(reader)
+
+
+def _row_key(row: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in row.items() if v not in ("", None)))
 
 
 def fit_seconds_before(directory: Path) -> float:
