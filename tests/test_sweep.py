@@ -53,6 +53,52 @@ def test_bad_sweep_file_is_one_clear_error(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("jobs: two\n", "jobs"),
+        ("jobs: 0\n", "jobs"),
+        ("jobs: [2]\n", "jobs"),
+        ("jobs: true\n", "jobs"),
+        ("name: [a]\n", "name"),
+        ("out: {a: 1}\n", "out"),
+        ("report_dir: 3\n", "report_dir"),
+        ("configs: 5\n", "configs"),
+        ("configs: [5]\n", "configs"),
+        ("overrides: [a, b]\n", "overrides"),
+        ("overrides: {5: 1}\n", "overrides"),
+        ("test_overrides: abc\n", "test_overrides"),
+        ("env: [a]\n", "env"),
+        ("env: {A: {b: 1}}\n", "env"),
+        ("slurm: abc\n", "slurm"),
+        ("seed_key: 5\n", "seed_key"),
+        ("grid: [1, 2]\n", "grid"),
+        ("grid: {5: [1]}\n", "grid"),
+        ("axis_overrides: {method: {alpha: {5: 1}}}\n", "axis_overrides.method.alpha"),
+        ("report: {level: high}\n", "report.level"),
+        ("report: {power: [0.8]}\n", "report.power"),
+        ("report: {target_accuracy: abc}\n", "report.target_accuracy"),
+        ("report: {compare: 5}\n", "report.compare"),
+        ("report: {compare: []}\n", "report.compare"),
+        ("report: {choose: 5}\n", "report.choose"),
+        ("report: {choose_by: [a]}\n", "report.choose_by"),
+        ("grid: [\n", "not valid YAML (line"),
+        ("\x00\x01", "not valid YAML"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_one_error_line_naming_its_key(grid_sweep, capsys, text, names):
+    """Each key of a sweep file checked for type: a traceback (ValueError, TypeError, AttributeError from
+    deep in the expansion) used to stand where the key and what it must be belong."""
+    base = grid_sweep.read_text()
+    replaced = {line.split(":")[0] for line in text.splitlines() if ":" in line and not line.startswith(" ")}
+    kept = [blk for blk in re.split(r"\n(?=\S)", base) if blk.split(":")[0] not in replaced]
+    path = write(grid_sweep, "\n".join(kept).rstrip("\n") + "\n" + text)
+    calls = []
+    assert sw.main([str(path), "--dry-run"], runner=lambda *a: calls.append(a) or 0) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and names in err[0] and "Traceback" not in err[0] and calls == []
+
+
+@pytest.mark.parametrize(
     ("config", "override"),
     [
         ("model:\n  lr: 1.0e-4\n", "model.lr.value"),  # a number where a section is needed
@@ -150,8 +196,8 @@ def test_nested_overrides_into_mappings_and_new_sections_are_merged():
 
 def test_sweep_modules_import_without_a_cycle():
     """run -> report -> rows -> identity -> spec -> claims -> stats (and curves for the plots); none of them
-    imports run, spec only the claims it parses, and claims and curves nothing of the project but ``stats``
-    and ``core`` (the bottom floor)."""
+    imports run, spec only the claims it parses and the checks it reads the file with, and checks, claims
+    and curves nothing of the project but ``stats`` and ``core`` (the bottom floor)."""
     from tests.test_layers import import_graph
 
     pkg = "lightning_rlvr.experiments."
@@ -166,9 +212,10 @@ def test_sweep_modules_import_without_a_cycle():
             "sweep.spec",
             "sweep.claims",
         )
-        + ("sweep.curves",)
+        + ("sweep.curves", "sweep.checks")
     }
-    assert imports["sweep.spec"] == {"sweep.claims"} and imports["sweep.curves"] == set()
+    assert imports["sweep.spec"] == {"sweep.claims", "sweep.checks"} and imports["sweep.curves"] == set()
+    assert imports["sweep.checks"] == set()
     assert imports["sweep.claims"] == {"stats"} and imports["sweep.identity"] == {"sweep.spec"}
     report = {"sweep.rows", "sweep.choice", "sweep.claims", "sweep.spec", "stats", "sweep.curves"}
     assert imports["sweep.report"] == report

@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .checks import SweepError, check_types, number, read_yaml
 from .claims import Claim, parse_claims
 
 CONFIG_AXIS = "config"
@@ -45,10 +44,6 @@ SWEEP_KEYS = {"name", "out", "report_dir", "configs", "overrides", "grid", "test
 SWEEP_KEYS |= {"seed_key", "slurm", "axis_overrides", "report"}
 REPORT_KEYS = {"baseline", "compare", "target_accuracy", "level", "power", "choose", "choose_by", "include"}
 REPORT_KEYS |= {"claims"}
-
-
-class SweepError(ValueError):
-    """A malformed sweep file (reported as one line, not a traceback)."""
 
 
 # ---------------------------------------------------------------------------- the sweep file
@@ -166,15 +161,13 @@ def _expand_config_values(key: str, values: list) -> list[tuple[str, ...]]:
 def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
     """Read and check a sweep file; ``out`` overrides its output directory."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise SweepError(f"{path}: {err}") from None
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise SweepError(f"{path}: expected a mapping at the top level")
     unknown = set(raw) - SWEEP_KEYS
     if unknown:
-        raise SweepError(f"{path}: unknown keys {sorted(unknown)}; allowed: {sorted(SWEEP_KEYS)}")
+        raise SweepError(f"{path}: unknown keys {sorted(unknown, key=str)}; allowed: {sorted(SWEEP_KEYS)}")
+    check_types(path, raw)
     grid = raw.get("grid") or {}
     if not isinstance(grid, dict):
         raise SweepError(f"{path}: grid must map an axis to a list of values")
@@ -235,7 +228,7 @@ def _check_axis_overrides(path: Path, raw: Any, grid: dict[str, list], seed_key:
                 raise SweepError(
                     f"{path}: axis_overrides.{axis}.{value}: not a value of that axis ({labels})"
                 )
-            if not isinstance(sets, dict):
+            if not isinstance(sets, dict) or not all(isinstance(k, str) for k in sets):
                 raise SweepError(f"{path}: axis_overrides.{axis}.{value} must map dotted keys to values")
             clash = sorted(set(sets) & set(grid))
             if clash:
@@ -269,10 +262,21 @@ def _report_settings(path: Path, raw: Any, grid: dict[str, list], seed_key: str)
         if value not in axes[axis][1]:
             raise SweepError(f"{path}: report.baseline: {value!r} is not a value of {axis} ({axes[axis][1]})")
     compare = raw.get("compare", ["test/pass@1"])
-    compare = [compare] if isinstance(compare, str) else list(compare)
+    compare = [compare] if isinstance(compare, str) else compare
+    if not isinstance(compare, list) or not compare or not all(isinstance(c, str) for c in compare):
+        raise SweepError(
+            f"{path}: report.compare must be a results.csv column or a list of them, got {compare!r}"
+        )
+    for key in ("choose", "choose_by"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise SweepError(f"{path}: report.{key} must be a string, got {repr(raw[key])}")
     target = raw.get("target_accuracy")
-    level, power = float(raw.get("level", 0.95)), float(raw.get("power", 0.8))
-    if target is not None and not 0 < float(target) <= 1:
+    target = None if target is None else number(path, "target_accuracy", target)
+    level, power = (
+        number(path, "level", raw.get("level", 0.95)),
+        number(path, "power", raw.get("power", 0.8)),
+    )
+    if target is not None and not 0 < target <= 1:
         raise SweepError(f"{path}: report.target_accuracy must be in (0, 1], got {target}")
     if not (0 < level < 1 and 0 < power < 1):
         raise SweepError(f"{path}: report.level and report.power must be in (0, 1)")
