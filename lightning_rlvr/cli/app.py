@@ -50,7 +50,7 @@ from ..checkpoints import (  # noqa: F401 - read_checkpoint etc. re-exported for
     warn,
 )
 from ..core.console import StepProgressBar, quiet_lightning_tips
-from ..core.errors import RLVRError, exit_with_one_line, user_error
+from ..core.errors import RLVRError, exit_with_one_line, user_error, yaml_problem
 from ..core.files import write_text
 from ..core.process import FIT_REPORT_ENV, adopt_parent_from_env, die_with_parent
 from ..data import RLVRDataModule
@@ -286,10 +286,7 @@ def check_config_files(args: list[str]) -> None:
         try:
             data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-            raise RLVRError(f"{value}: not valid YAML{where}: {problem}") from None
+            raise RLVRError(f"{value}: not valid YAML{yaml_problem(err)}") from None
         if data is not None and not isinstance(data, dict):
             raise RLVRError(
                 f"{value}: a config must be a mapping of sections (trainer:, model:, data:, ...), "

@@ -16,6 +16,13 @@ class RLVRError(Exception):
     """Bad input (a config, a data file, a row): the message says what and where."""
 
 
+def yaml_problem(err: BaseException) -> str:
+    """A YAML parse error as one phrase: ``(line L, column C): <problem>`` (the mark when it has one)."""
+    mark = getattr(err, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+    return f"{where}: {getattr(err, 'problem', None) or str(err).splitlines()[0]}"
+
+
 def user_error(err: BaseException | None) -> RLVRError | None:
     """The user error behind ``err``, None for a bug.
 

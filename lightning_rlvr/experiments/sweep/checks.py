@@ -1,6 +1,6 @@
 """A sweep file's values checked for type before they are used: a wrong type is one error line.
 
-Layer: experiments (imports nothing from the package). ``spec.load_sweep`` reads the file with
+Layer: experiments (imports ``core`` only). ``spec.load_sweep`` reads the file with
 ``read_yaml``, checks its top-level keys with ``check_types`` and its report's numbers with ``number``;
 every problem is a ``SweepError``, which the command line prints as one line (exit status 2).
 """
@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ...core.errors import yaml_problem
 
 
 class SweepError(ValueError):
@@ -38,10 +40,7 @@ def read_yaml(path: Path) -> dict:
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise SweepError(f"{path}: not valid YAML{where}: {problem}") from None
+        raise SweepError(f"{path}: not valid YAML{yaml_problem(err)}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise SweepError(f"{path}: cannot read it as a YAML text file ({err})") from None
     return raw

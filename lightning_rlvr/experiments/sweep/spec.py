@@ -168,9 +168,7 @@ def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
     if unknown:
         raise SweepError(f"{path}: unknown keys {sorted(unknown, key=str)}; allowed: {sorted(SWEEP_KEYS)}")
     check_types(path, raw)
-    grid = raw.get("grid") or {}
-    if not isinstance(grid, dict):
-        raise SweepError(f"{path}: grid must map an axis to a list of values")
+    grid = raw.get("grid") or {}  # a mapping: check_types
     grid = {k: v if isinstance(v, list) else [v] for k, v in grid.items()}
     for key, values in grid.items():
         if not values:
