@@ -216,32 +216,53 @@ def fit_and_test(method: str, seed: int, plan: Plan, args: argparse.Namespace) -
         for extra in args.extra_config:
             configs += ["--config", str(REPO / extra)]
         fit = [
-            "fit", *configs,
-            "--seed_everything", str(seed),
-            "--model.group_size", str(plan.group_size),
-            "--data.batch_size", str(plan.batch_size),
-            "--trainer.max_steps", str(plan.max_steps),
-            "--trainer.val_check_interval", str(plan.val_every),
-            "--trainer.default_root_dir", str(root),
-            "--trainer.logger.init_args.save_dir", str(root / "logs"),
-            "--trainer.logger.init_args.name", "fit",
-            "--trainer.enable_progress_bar", "false",
-            "--checkpoint.dirpath", str(root / "checkpoints"),
-            "--checkpoint.save_last", "true",
-            "--checkpoint.every_n_train_steps", str(plan.max_steps),
+            "fit",
+            *configs,
+            "--seed_everything",
+            str(seed),
+            "--model.group_size",
+            str(plan.group_size),
+            "--data.batch_size",
+            str(plan.batch_size),
+            "--trainer.max_steps",
+            str(plan.max_steps),
+            "--trainer.val_check_interval",
+            str(plan.val_every),
+            "--trainer.default_root_dir",
+            str(root),
+            "--trainer.logger.init_args.save_dir",
+            str(root / "logs"),
+            "--trainer.logger.init_args.name",
+            "fit",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--checkpoint.dirpath",
+            str(root / "checkpoints"),
+            "--checkpoint.save_last",
+            "true",
+            "--checkpoint.every_n_train_steps",
+            str(plan.max_steps),
             *args.override,
-        ]  # fmt: skip
+        ]
         test = [
-            "test", *configs,
-            "--seed_everything", str(seed),
-            "--model.group_size", str(plan.group_size),
-            "--trainer.default_root_dir", str(root),
-            "--trainer.logger.init_args.save_dir", str(root / "logs"),
-            "--trainer.logger.init_args.name", "test",
-            "--trainer.enable_progress_bar", "false",
-            "--ckpt_path", str(root / "checkpoints" / "last.ckpt"),
+            "test",
+            *configs,
+            "--seed_everything",
+            str(seed),
+            "--model.group_size",
+            str(plan.group_size),
+            "--trainer.default_root_dir",
+            str(root),
+            "--trainer.logger.init_args.save_dir",
+            str(root / "logs"),
+            "--trainer.logger.init_args.name",
+            "test",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--ckpt_path",
+            str(root / "checkpoints" / "last.ckpt"),
             *args.override,
-        ]  # fmt: skip
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         env.setdefault("LIGHTNING_RLVR_CACHE", str(Path(args.workdir) / "cache"))
@@ -253,8 +274,11 @@ def fit_and_test(method: str, seed: int, plan: Plan, args: argparse.Namespace) -
             with (root / f"{name}.log").open("w") as log:
                 proc = subprocess.run(
                     [sys.executable, "-m", "lightning_rlvr.cli", *cli],
-                    cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                )  # fmt: skip
+                    cwd=root,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
             if proc.returncode != 0:
                 tail = (root / f"{name}.log").read_text()[-3000:]
                 raise SystemExit(f"{name} failed for {method} seed {seed} (log {root / name}.log):\n{tail}")
@@ -349,7 +373,7 @@ def summarize(runs: list[Run], target: float) -> str:
                 "train s",
             ],
             rows,
-        )  # fmt: skip
+        )
     )
     hp, grpo = by[HP], by[GRPO]
     if hp and grpo:

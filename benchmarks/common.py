@@ -122,8 +122,11 @@ def policy_source(args) -> str:
 
 def batch_overrides(args) -> list[str]:
     """The dotted overrides for the batch flags the user gave (None: the config's own value)."""
-    flags = {"batch_size": "--data.batch_size", "group_size": "--model.group_size",
-             "max_new_tokens": "--model.max_new_tokens"}  # fmt: skip
+    flags = {
+        "batch_size": "--data.batch_size",
+        "group_size": "--model.group_size",
+        "max_new_tokens": "--model.max_new_tokens",
+    }
     given = {flag: getattr(args, k) for k, flag in flags.items() if getattr(args, k) is not None}
     return [x for flag, value in given.items() for x in (flag, str(value))]
 
@@ -219,19 +222,29 @@ def build_cli(
 
     warnings.filterwarnings("ignore")
     args = [
-        "--config", base or QUICKSTART,
-        "--config", f"configs/method/{method}.yaml",
+        "--config",
+        base or QUICKSTART,
+        "--config",
+        f"configs/method/{method}.yaml",
         *(x for c in extra_configs or [] for x in ("--config", c)),
-        "--model.validate_at_start", "false",
-        "--trainer.logger", "false",
-        "--trainer.limit_val_batches", "0",
-        "--trainer.enable_progress_bar", "false",
-        "--trainer.enable_model_summary", "false",
-        "--checkpoint.dirpath", f"{workdir}/{method}",
-        "--checkpoint.save_last", "false",
-        "--checkpoint.every_n_train_steps", "0",
+        "--model.validate_at_start",
+        "false",
+        "--trainer.logger",
+        "false",
+        "--trainer.limit_val_batches",
+        "0",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--checkpoint.dirpath",
+        f"{workdir}/{method}",
+        "--checkpoint.save_last",
+        "false",
+        "--checkpoint.every_n_train_steps",
+        "0",
         *(overrides or []),
-    ]  # fmt: skip
+    ]
     return RLVRCLI(
         RLVRModule,
         RLVRDataModule,

@@ -56,11 +56,18 @@ def textworld(games: int, episodes: int, seed: int) -> dict:
         random_episode(env, problems[i % games], rng, lambda o: o.split("Commands: ")[-1].split(", "))
         for i in range(episodes)
     )
-    return {"family": "textworld", "pool_games": games, "generated": stats["generated"],
-            "generation_s_per_game": stats["seconds"] / max(1, stats["generated"]),
-            "pool_bytes": stats["bytes"], "expert_success": expert, "random_success": wins / episodes,
-            "random_episodes": episodes, "random_s": time.perf_counter() - start,
-            "walkthrough_turns": [len(p.meta["walkthrough"]) for p in problems]}  # fmt: skip
+    return {
+        "family": "textworld",
+        "pool_games": games,
+        "generated": stats["generated"],
+        "generation_s_per_game": stats["seconds"] / max(1, stats["generated"]),
+        "pool_bytes": stats["bytes"],
+        "expert_success": expert,
+        "random_success": wins / episodes,
+        "random_episodes": episodes,
+        "random_s": time.perf_counter() - start,
+        "walkthrough_turns": [len(p.meta["walkthrough"]) for p in problems],
+    }
 
 
 def textarena(env_id: str, episodes: int, seed: int) -> dict:
@@ -69,8 +76,13 @@ def textarena(env_id: str, episodes: int, seed: int) -> dict:
     moves = TEXTARENA_MOVES[env_id]
     start = time.perf_counter()
     wins = sum(random_episode(env, env.problem("train", i), rng, lambda o: moves) for i in range(episodes))
-    return {"family": "textarena", "env_id": env_id, "random_success": wins / episodes,
-            "random_episodes": episodes, "random_s": time.perf_counter() - start}  # fmt: skip
+    return {
+        "family": "textarena",
+        "env_id": env_id,
+        "random_success": wins / episodes,
+        "random_episodes": episodes,
+        "random_s": time.perf_counter() - start,
+    }
 
 
 def textworld_imitation(games: int, steps: int, seed: int) -> dict:
@@ -95,10 +107,16 @@ def textworld_imitation(games: int, steps: int, seed: int) -> dict:
     start = time.perf_counter()
     generate = engine_generate(HFGenerateEngine(), model, tok, Sampling(max_new_tokens=12))
     rollout = run_episodes(env, problems, 2, generate, tok, max_turns=8)
-    return {"family": "textworld", "imitation_steps": steps, "train_s": train_s, "vocab": len(tok),
-            "sampled_success_on_train_games": rollout.correct.float().mean().item(),
-            "rollout_s": time.perf_counter() - start, "episodes": rollout.num_rows,
-            "mean_episode_tokens": rollout.completion_mask.sum(-1).float().mean().item()}  # fmt: skip
+    return {
+        "family": "textworld",
+        "imitation_steps": steps,
+        "train_s": train_s,
+        "vocab": len(tok),
+        "sampled_success_on_train_games": rollout.correct.float().mean().item(),
+        "rollout_s": time.perf_counter() - start,
+        "episodes": rollout.num_rows,
+        "mean_episode_tokens": rollout.completion_mask.sum(-1).float().mean().item(),
+    }
 
 
 def main() -> None:

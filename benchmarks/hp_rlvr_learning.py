@@ -103,15 +103,23 @@ def fit(method: str, seed: int, args: argparse.Namespace) -> Run:
         for extra in args.extra_config:
             cli += ["--config", str(REPO / extra)]
         cli += [
-            "--seed_everything", str(seed),
-            "--model.group_size", str(group_size),
-            "--data.batch_size", str(args.batch_size),
-            "--trainer.logger.init_args.save_dir", str(root / "logs"),
-            "--trainer.logger.init_args.name", "bench",
-            "--trainer.enable_progress_bar", "false",
-            "--checkpoint.dirpath", str(root / "checkpoints"),
-            "--checkpoint.every_n_train_steps", "100000",
-        ]  # fmt: skip
+            "--seed_everything",
+            str(seed),
+            "--model.group_size",
+            str(group_size),
+            "--data.batch_size",
+            str(args.batch_size),
+            "--trainer.logger.init_args.save_dir",
+            str(root / "logs"),
+            "--trainer.logger.init_args.name",
+            "bench",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--checkpoint.dirpath",
+            str(root / "checkpoints"),
+            "--checkpoint.every_n_train_steps",
+            "100000",
+        ]
         if args.max_steps:
             cli += ["--trainer.max_steps", str(args.max_steps)]
         if args.val_check_interval:

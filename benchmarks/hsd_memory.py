@@ -54,9 +54,14 @@ def run_once(top_k: int | None, rows: int, tokens: int, vocab: int, micro_batch:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4 * tokens + 64,
-    )  # fmt: skip
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=4 * tokens + 64,
+    )
     model = LlamaForCausalLM(config)
     G, P = 4, 8
     B = rows // G

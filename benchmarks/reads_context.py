@@ -116,18 +116,31 @@ def probe(generate, extract, problems: list[Problem], samples: int, seed: int) -
         wins = sum(o and not b for o, b in zip(ok, base))
         losses = sum(b and not o for o, b in zip(ok, base))
         n = len(idx)
-        rows.append([
-            name, n, f"{sum(ok) / max(n, 1):.3f} (plain {sum(base) / max(n, 1):.3f})",
-            f"{copies / max(n, 1):.3f}", f"+{wins} / -{losses}, p = {sign_test_p(wins, losses):.2g}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                name,
+                n,
+                f"{sum(ok) / max(n, 1):.3f} (plain {sum(base) / max(n, 1):.3f})",
+                f"{copies / max(n, 1):.3f}",
+                f"+{wins} / -{losses}, p = {sign_test_p(wins, losses):.2g}",
+            ]
+        )
 
     every = list(range(len(problems)))
     answers = [p.answer for p in problems]
-    condition("answer", every, [fill(DEFAULT_ANSWER_TEMPLATE, prompt=p.prompt, answer=p.answer)
-                                for p in problems], answers)  # fmt: skip
+    condition(
+        "answer",
+        every,
+        [fill(DEFAULT_ANSWER_TEMPLATE, prompt=p.prompt, answer=p.answer) for p in problems],
+        answers,
+    )
     wrong = [wrong_answer(p.answer, i) for i, p in enumerate(problems)]
-    condition("wrong", every, [fill(DEFAULT_ANSWER_TEMPLATE, prompt=p.prompt, answer=w)
-                               for p, w in zip(problems, wrong)], wrong)  # fmt: skip
+    condition(
+        "wrong",
+        every,
+        [fill(DEFAULT_ANSWER_TEMPLATE, prompt=p.prompt, answer=w) for p, w in zip(problems, wrong)],
+        wrong,
+    )
     with seeded(seed, "reads_context", "peers"), torch.no_grad():
         sampled = generate(problems, samples, False)
     idx, peers = [], []
@@ -182,11 +195,17 @@ def where_divergence_falls(divergences) -> list[list]:
         num = [k for k, d in on if d]
         other = [k for k, d in on if not d]
         total = sum(num) + sum(other)
-        rows.append([
-            name, sum(1 for *_, ok in divergences if keep in (None, ok)), len(on),
-            f"{sum(num) / max(len(num), 1):.3f}", f"{sum(other) / max(len(other), 1):.3f}",
-            f"{len(num) / max(len(on), 1):.3f}", f"{sum(num) / total:.3f}" if total > 0 else "-",
-        ])  # fmt: skip
+        rows.append(
+            [
+                name,
+                sum(1 for *_, ok in divergences if keep in (None, ok)),
+                len(on),
+                f"{sum(num) / max(len(num), 1):.3f}",
+                f"{sum(other) / max(len(other), 1):.3f}",
+                f"{len(num) / max(len(on), 1):.3f}",
+                f"{sum(num) / total:.3f}" if total > 0 else "-",
+            ]
+        )
     return rows
 
 
@@ -197,8 +216,12 @@ def load(args) -> list[tuple[str, object]]:
     out = []
     if args.policy_config or not args.ckpt_path:
         cli = build_cli("grpo", base=args.policy_config or "configs/quickstart_real.yaml")
-        out.append(("start (" + (args.policy_config or "configs/quickstart_real.yaml") + ")",
-                    ready_policy(cli.model).eval()))  # fmt: skip
+        out.append(
+            (
+                "start (" + (args.policy_config or "configs/quickstart_real.yaml") + ")",
+                ready_policy(cli.model).eval(),
+            )
+        )
     for i, ckpt in enumerate(args.ckpt_path or []):
         module, _ = load_module_and_methods(ckpt, [])
         label = args.label[i] if args.label and i < len(args.label) else ckpt
@@ -220,9 +243,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32, help="prompts a generation batch")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--divergence-prompts", type=int, default=16,
+        "--divergence-prompts",
+        type=int,
+        default=16,
         help="prompts (x --samples) on which to locate OPSD's per-token divergence (0: skip)",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     set_threads(args.threads)
     started, load_start = time.time(), load_average()
@@ -251,12 +276,28 @@ def main() -> None:
                 f"Where OPSD's divergence KL(student || teacher) falls on {args.divergence_prompts} "
                 f"prompts x {args.samples} samples (T = 1), in nats a token ({took:.0f} s):",
                 "",
-                md_table(["completions", "n", "tokens", "KL on digit tokens", "KL on other tokens",
-                          "digit share of tokens", "digit share of KL"], where_divergence_falls(div)),
+                md_table(
+                    [
+                        "completions",
+                        "n",
+                        "tokens",
+                        "KL on digit tokens",
+                        "KL on other tokens",
+                        "digit share of tokens",
+                        "digit share of KL",
+                    ],
+                    where_divergence_falls(div),
+                ),
                 "",
-            ]  # fmt: skip
-    write_result("reads_context", "Does the policy read a privileged context?", "\n".join(body), started,
-                 load_start, args.out)  # fmt: skip
+            ]
+    write_result(
+        "reads_context",
+        "Does the policy read a privileged context?",
+        "\n".join(body),
+        started,
+        load_start,
+        args.out,
+    )
 
 
 if __name__ == "__main__":

@@ -36,9 +36,11 @@ def main() -> None:
         rates.append(args.batch / (time.perf_counter() - t))
         assert [v.reward for v, _ in results] == [float(i % 2 == 0) for i in range(args.batch)]
     load = os.getloadavg()[0]
-    print(f"batch {args.batch}, workers {task.workers}, cpus {os.cpu_count()}, load {load:.1f}: "
-          f"{max(rates):.1f} completions/s best, {sorted(rates)[len(rates) // 2]:.1f} median "
-          f"({', '.join(f'{r:.1f}' for r in rates)})")  # fmt: skip
+    print(
+        f"batch {args.batch}, workers {task.workers}, cpus {os.cpu_count()}, load {load:.1f}: "
+        f"{max(rates):.1f} completions/s best, {sorted(rates)[len(rates) // 2]:.1f} median "
+        f"({', '.join(f'{r:.1f}' for r in rates)})"
+    )
 
 
 if __name__ == "__main__":

@@ -88,10 +88,13 @@ def main() -> None:
     methods = common.available_methods(args.methods)
     positions = 2 * max(args.lengths + [args.gs_length]) + 64
     overrides = [
-        "--data.batch_size", str(args.batch_size),
-        "--model.warm_start", "null",
-        "--model.policy.init_args.max_positions", str(positions),
-    ]  # fmt: skip
+        "--data.batch_size",
+        str(args.batch_size),
+        "--model.warm_start",
+        "null",
+        "--model.policy.init_args.max_positions",
+        str(positions),
+    ]
     clis, recorders, configured_g = {}, {}, {}
     for m in methods:
         clis[m] = common.build_cli(m, args.extra_config, overrides)

@@ -119,10 +119,23 @@ def main() -> None:
     for row in rows:
         row[4] = common.fmt(float(row[3]) / base, 2)
     headers = [
-        "method", "B x G", "steps", "step s", "x GRPO", "rollout s", "score s", "credit s", "update s",
-        "other s", "completion len", "rollout tok/s", "generation GFLOP/s", "update GFLOP/s", "peak RSS MB",
+        "method",
+        "B x G",
+        "steps",
+        "step s",
+        "x GRPO",
+        "rollout s",
+        "score s",
+        "credit s",
+        "update s",
+        "other s",
+        "completion len",
+        "rollout tok/s",
+        "generation GFLOP/s",
+        "update GFLOP/s",
+        "peak RSS MB",
         "step RSS growth MB",
-    ]  # fmt: skip
+    ]
     body = "\n".join(
         [
             f"Interleaved: {args.rounds} rounds x {args.steps} steps per method, "

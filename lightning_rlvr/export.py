@@ -90,8 +90,11 @@ def baked_chat_template(module) -> str | None:
     literal = lambda part: "{{ " + json.dumps(part) + " }}" if part else ""
     return (
         "{% for message in messages %}{% if message['role'] == 'user' %}"
-        + literal(prefix) + "{{ message['content'] }}" + literal(suffix) + "{% endif %}{% endfor %}"
-    )  # fmt: skip
+        + literal(prefix)
+        + "{{ message['content'] }}"
+        + literal(suffix)
+        + "{% endif %}{% endfor %}"
+    )
 
 
 def main(args: list[str] | None = None) -> None:

@@ -109,11 +109,13 @@ class CollapseGuard(Callback):
         say(self.summary())
         if trainer.logger is not None:
             trainer.logger.log_metrics(
-                {"guard/collapsed": float(self.collapse_step is not None and self.recovered_at is None),
-                 "guard/collapse_step": float(-1 if self.collapse_step is None else self.collapse_step),
-                 "guard/dead_frac": self.dead_total / max(self.steps, 1)},
+                {
+                    "guard/collapsed": float(self.collapse_step is not None and self.recovered_at is None),
+                    "guard/collapse_step": float(-1 if self.collapse_step is None else self.collapse_step),
+                    "guard/dead_frac": self.dead_total / max(self.steps, 1),
+                },
                 step=trainer.global_step,
-            )  # fmt: skip
+            )
 
     def summary(self) -> str:
         """The end-of-fit line."""

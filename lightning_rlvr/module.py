@@ -167,14 +167,20 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
     ) -> None:
         super().__init__()
         check_settings(
-            {"group_size": group_size, "max_new_tokens": max_new_tokens, "micro_batch_size": micro_batch_size,
-             **({} if micro_batch_tokens is None else {"micro_batch_tokens": micro_batch_tokens}),
-             "eval_samples": eval_samples, "ppo_epochs": ppo_epochs, "minibatches": minibatches,
-             "max_nonfinite_updates": max_nonfinite_updates},
+            {
+                "group_size": group_size,
+                "max_new_tokens": max_new_tokens,
+                "micro_batch_size": micro_batch_size,
+                **({} if micro_batch_tokens is None else {"micro_batch_tokens": micro_batch_tokens}),
+                "eval_samples": eval_samples,
+                "ppo_epochs": ppo_epochs,
+                "minibatches": minibatches,
+                "max_nonfinite_updates": max_nonfinite_updates,
+            },
             {"top_k": top_k, "warmup_steps": warmup_steps},
             {"temperature": temperature, "lr": lr},
             top_p=top_p,
-        )  # fmt: skip
+        )
         self.save_hyperparameters()
         for key in [k for k, v in self.hparams.items() if not plain_value(v)]:
             del self.hparams[key]  # objects (Python use) cannot go in a weights-only checkpoint
@@ -220,9 +226,14 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.warm_start is not None and self.warm_start_summary is None:
             self.warm_start_summary = self.warm_start.run(
-                self.model, self.tokenizer, self.policy_source, self.task, self.engine, self.render,
+                self.model,
+                self.tokenizer,
+                self.policy_source,
+                self.task,
+                self.engine,
+                self.render,
                 max_new_tokens=self.max_new_tokens,
-            )  # fmt: skip
+            )
         if stage == "fit":
             self.credit.prepare(self.model, self.tokenizer, self.task, self.device)  # e.g. OPD's teacher
         if self.loss.uses_reference and not self.lora and not self._reference:

@@ -22,12 +22,19 @@ def sample_rows(stage: str, step: int, rollout: Rollout, task: Task, limit: int)
     for i in range(min(limit, len(rollout.completions))):
         problem = rollout.problems[int(rollout.group[i])]
         completion = rollout.completions[i]
-        rows.append({
-            "stage": stage, "step": step, "prompt": problem.prompt, "reference": problem.answer,
-            "completion": completion, "answer": safe_extract_answer(task, completion),
-            "reward": float(rollout.rewards[i]), "correct": bool(rollout.correct[i]),
-            "feedback": rollout.feedback[i] if rollout.feedback else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "stage": stage,
+                "step": step,
+                "prompt": problem.prompt,
+                "reference": problem.answer,
+                "completion": completion,
+                "answer": safe_extract_answer(task, completion),
+                "reward": float(rollout.rewards[i]),
+                "correct": bool(rollout.correct[i]),
+                "feedback": rollout.feedback[i] if rollout.feedback else None,
+            }
+        )
     return rows
 
 

@@ -28,10 +28,18 @@ def tiny_real_llama(directory: Path) -> Path:
     """A tiny random Llama with SmolLM2's tokenizer and chat template, saved to ``directory``."""
     tok = real_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True,
-        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-    )  # fmt: skip
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         LlamaForCausalLM(config).save_pretrained(directory)

@@ -41,8 +41,16 @@ def test_prose_after_any_marker_is_never_an_answer(fmt, kind, prose):
 @pytest.mark.parametrize("fmt", list(MARKED))
 def test_every_marker_gives_its_number(fmt):
     parser = AnswerParser(kind="number")
-    for written, value in [("14", "14"), ("14.", "14"), ("$14", "14"), ("-3", "-3"), ("1,234", "1234"),
-                           ("5 + 9 = 14", "14"), ("**14**", "14"), ("14 apples", "14")]:  # fmt: skip
+    for written, value in [
+        ("14", "14"),
+        ("14.", "14"),
+        ("$14", "14"),
+        ("-3", "-3"),
+        ("1,234", "1234"),
+        ("5 + 9 = 14", "14"),
+        ("**14**", "14"),
+        ("14 apples", "14"),
+    ]:
         text = "5 + 9 is worked out below.\n" + MARKED[fmt].format(x=written)
         assert parser.find(text) == (value, fmt), (fmt, written)
         assert parser.formatted(text)

@@ -45,8 +45,15 @@ def _write_metrics(path: Path, step_s: list[float], zero: list[float], vals: lis
     keys = ["step", "time/rollout_s", "time/update_s", "train/zero_grad_frac", "train/success", "val/pass@1"]
     rows = [{"step": 0, "val/pass@1": v} for done, v in vals if done == 0]
     for s, (dt, z) in enumerate(zip(step_s, zero)):
-        rows.append({"step": s, "time/rollout_s": dt / 2, "time/update_s": dt / 2, "train/zero_grad_frac": z,
-                     "train/success": 0.5})  # fmt: skip
+        rows.append(
+            {
+                "step": s,
+                "time/rollout_s": dt / 2,
+                "time/update_s": dt / 2,
+                "train/zero_grad_frac": z,
+                "train/success": 0.5,
+            }
+        )
         rows += [{"step": s, "val/pass@1": v} for done, v in vals if done == s + 1]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:

@@ -108,8 +108,15 @@ def test_matmul_peak_is_a_rate_on_the_given_shapes():
 
 
 def test_needed_update_counts_a_shared_prompt_once_and_the_head_only_where_a_logit_trains():
-    fm = flops.FlopModel(matmul_params=100, trained_params=10, head_params=30, head_trained=False,
-                         layers=2, attn_width=8, shapes=((8, 8),))  # fmt: skip
+    fm = flops.FlopModel(
+        matmul_params=100,
+        trained_params=10,
+        head_params=30,
+        head_trained=False,
+        layers=2,
+        attn_width=8,
+        shapes=((8, 8),),
+    )
     prompts, completions, group = torch.tensor([3, 3, 5]), torch.tensor([2, 4, 1]), torch.tensor([0, 0, 1])
     body, head = 4 * 70 + 2 * 10, 4 * 30  # frozen head: forward and input gradient only
     want = 0.0

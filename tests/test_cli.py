@@ -26,10 +26,20 @@ def test_fit_two_steps_from_yaml_logs_the_metrics(run_cli, tmp_path):
     rows = metrics_rows(tmp_path)
     columns = set(rows[0])
     for name in [
-        "train/reward_mean", "train/reward_std", "train/frac_zero_std", "train/completion_len",
-        "train/clip_frac", "train/entropy", "train/grad_norm", "time/rollout_s", "time/score_s",
-        "time/credit_s", "time/update_s", "perf/tokens_per_s", "val/pass@1",
-    ]:  # fmt: skip
+        "train/reward_mean",
+        "train/reward_std",
+        "train/frac_zero_std",
+        "train/completion_len",
+        "train/clip_frac",
+        "train/entropy",
+        "train/grad_norm",
+        "time/rollout_s",
+        "time/score_s",
+        "time/credit_s",
+        "time/update_s",
+        "perf/tokens_per_s",
+        "val/pass@1",
+    ]:
         assert name in columns, name
     train = [r for r in rows if r["train/reward_mean"]]
     assert len(train) == 2
@@ -122,11 +132,14 @@ def test_row_without_answer_is_one_clear_error(run_cli, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         run_cli(
             "fit",
-            "--model.task.init_args.train_file", str(data),
-            "--model.task.init_args.test_file", str(data),
-            "--model.warm_start", "null",
+            "--model.task.init_args.train_file",
+            str(data),
+            "--model.task.init_args.test_file",
+            str(data),
+            "--model.warm_start",
+            "null",
             configs=(QUICKSTART, TINY, str(REPO / "configs/task/jsonl.yaml")),
-        )  # fmt: skip
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "train.jsonl: row 1 has no 'answer'" in err and "Traceback" not in err
@@ -153,9 +166,17 @@ def test_flags_given_with_a_checkpoint_win_over_its_hyperparameters(run_cli, tmp
     ckpt = fit.trainer.checkpoint_callback.last_model_path
     assert fit.model.eval_samples == 2
     cli = run_cli(
-        "test", "--ckpt_path", ckpt, "--data.test_size", "4", "--model.eval_samples", "4",
-        "--model.credit.init_args.scale_by_std=true", configs=(), root=tmp_path / "eval",
-    )  # fmt: skip
+        "test",
+        "--ckpt_path",
+        ckpt,
+        "--data.test_size",
+        "4",
+        "--model.eval_samples",
+        "4",
+        "--model.credit.init_args.scale_by_std=true",
+        configs=(),
+        root=tmp_path / "eval",
+    )
     assert cli.model.eval_samples == 4 and "test/pass@4" in cli.trainer.callback_metrics
     assert cli.model.credit.scale_by_std is True
     assert cli.model.task.digits == 1 and cli.model.group_size == fit.model.group_size  # the checkpoint's

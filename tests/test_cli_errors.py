@@ -47,8 +47,20 @@ def test_a_bad_setting_is_one_line_before_any_work(run_cli, tmp_path, capsys, fl
 
 def test_a_bad_setting_from_the_shell_prints_exactly_one_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "lightning_rlvr.cli", "fit", "--config", QUICKSTART, "--config", TINY,
-           "--trainer.default_root_dir", str(tmp_path), "--model.temperature", "0"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightning_rlvr.cli",
+        "fit",
+        "--config",
+        QUICKSTART,
+        "--config",
+        TINY,
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        "--model.temperature",
+        "0",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
@@ -59,14 +71,29 @@ def test_a_bad_setting_from_the_shell_prints_exactly_one_line(tmp_path):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"group_size": 0}, {"group_size": -3}, {"group_size": 1.5}, {"group_size": True},
-     {"max_new_tokens": 0}, {"max_new_tokens": -16}, {"max_new_tokens": "16"},
-     {"micro_batch_size": 0}, {"micro_batch_size": -1}, {"micro_batch_size": 8.0},
-     {"eval_samples": 0}, {"eval_samples": -4}, {"eval_samples": None},
-     {"temperature": 0}, {"temperature": -1.0}, {"temperature": "hot"}, {"temperature": float("nan")},
-     {"top_p": 0.0}, {"top_p": 1.5}],
+    [
+        {"group_size": 0},
+        {"group_size": -3},
+        {"group_size": 1.5},
+        {"group_size": True},
+        {"max_new_tokens": 0},
+        {"max_new_tokens": -16},
+        {"max_new_tokens": "16"},
+        {"micro_batch_size": 0},
+        {"micro_batch_size": -1},
+        {"micro_batch_size": 8.0},
+        {"eval_samples": 0},
+        {"eval_samples": -4},
+        {"eval_samples": None},
+        {"temperature": 0},
+        {"temperature": -1.0},
+        {"temperature": "hot"},
+        {"temperature": float("nan")},
+        {"top_p": 0.0},
+        {"top_p": 1.5},
+    ],
     ids=str,
-)  # fmt: skip
+)
 def test_the_module_rejects_wrong_types_and_ranges_from_python(kwargs):
     from lightning_rlvr import RLVRModule
     from lightning_rlvr.core.errors import RLVRError

@@ -112,7 +112,15 @@ def test_ckpt_path_takes_a_runs_folder_and_reports_config_settings_the_checkpoin
     line = _one_line(capsys, "lightning-rlvr: warning: --ckpt_path: the checkpoint's model settings replace")
     assert "model.eval_samples (3 -> 2)" in line and "group_size" not in line
     assert test.model.eval_samples == 2
-    flagged = run_cli("test", "--ckpt_path", str(folder), "--config", str(tmp_path / "mine.yaml"),
-                      "--model.eval_samples", "3", configs=())  # fmt: skip
+    flagged = run_cli(
+        "test",
+        "--ckpt_path",
+        str(folder),
+        "--config",
+        str(tmp_path / "mine.yaml"),
+        "--model.eval_samples",
+        "3",
+        configs=(),
+    )
     assert flagged.model.eval_samples == 3  # a flag wins, and nothing is reported
     assert not [x for x in capsys.readouterr().err.splitlines() if x.startswith(ALERTS)]

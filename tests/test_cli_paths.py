@@ -55,9 +55,18 @@ def test_runs_with_different_default_root_dirs_write_only_under_their_own(tmp_pa
     quickstart_dirpath = yaml.safe_load(Path(QUICKSTART).read_text())["checkpoint"]["dirpath"]
     a = run(["fit", "--config", QUICKSTART, "--config", TINY, "--trainer.default_root_dir", "a"])
     b = run(
-        ["fit", "--config", QUICKSTART, "--config", TINY, "--trainer.default_root_dir", str(tmp_path / "b"),
-         "--checkpoint.dirpath", quickstart_dirpath]
-    )  # fmt: skip
+        [
+            "fit",
+            "--config",
+            QUICKSTART,
+            "--config",
+            TINY,
+            "--trainer.default_root_dir",
+            str(tmp_path / "b"),
+            "--checkpoint.dirpath",
+            quickstart_dirpath,
+        ]
+    )
     assert Path(a.trainer.checkpoint_callback.last_model_path) == Path(
         "a/quickstart/version_0/checkpoints/last.ckpt"
     )

@@ -46,8 +46,19 @@ def test_test_from_a_checkpoint_logs_beside_its_run_without_warnings_or_tips(
     logging.getLogger("lightning.pytorch").addHandler(handler)
     recwarn.clear()
     try:
-        run(["test", "--ckpt_path", str(ckpt), "--data.test_size", "4", "--data.eval_batch_size", "4",
-             "--trainer.enable_progress_bar", "false"])  # fmt: skip
+        run(
+            [
+                "test",
+                "--ckpt_path",
+                str(ckpt),
+                "--data.test_size",
+                "4",
+                "--data.eval_batch_size",
+                "4",
+                "--trainer.enable_progress_bar",
+                "false",
+            ]
+        )
     finally:
         logging.getLogger("lightning.pytorch").removeHandler(handler)
     assert not list(cwd.rglob("*"))  # nothing under ./runs/rlvr
@@ -113,8 +124,13 @@ def test_fit_help_shows_the_projects_options_first_and_lists_every_plugin(tmp_pa
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "100"}
     out = subprocess.run(
         [sys.executable, "-m", "lightning_rlvr.cli", "fit", "--help"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        check=True,
+    ).stdout
     lines = out.splitlines()
     first = {k: next(i for i, ln in enumerate(lines) if f"--{k}." in ln) for k in ("model", "trainer")}
     assert first["model"] < 20, lines[:20]  # usage and description name them at the top
@@ -139,8 +155,19 @@ def lora_checkpoint(tmp_path_factory) -> str:
 
     root = tmp_path_factory.mktemp("lora_modes")
     lora = str(REPO / "configs" / "peft" / "lora.yaml")
-    fit = run(["fit", "--config", QUICKSTART, "--config", TINY, "--config", lora,
-               "--trainer.default_root_dir", str(root)])  # fmt: skip
+    fit = run(
+        [
+            "fit",
+            "--config",
+            QUICKSTART,
+            "--config",
+            TINY,
+            "--config",
+            lora,
+            "--trainer.default_root_dir",
+            str(root),
+        ]
+    )
     return fit.trainer.checkpoint_callback.last_model_path
 
 

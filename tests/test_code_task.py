@@ -54,8 +54,13 @@ def test_disjoint_split_by_fraction():
 
 
 def test_code_task_from_problem_and_tests_rows(tmp_path):
-    rows = [{"text": "Write add(a, b).", "test_list": "assert add(1, 2) == 3\nassert add(-1, 1) == 0",
-             "ref": "def add(a, b):\n    return a + b"}]  # fmt: skip
+    rows = [
+        {
+            "text": "Write add(a, b).",
+            "test_list": "assert add(1, 2) == 3\nassert add(-1, 1) == 0",
+            "ref": "def add(a, b):\n    return a + b",
+        }
+    ]
     f = write_jsonl(tmp_path / "code.jsonl", rows)
     task = CodeTask(f, f, prompt_field="text", tests_field="test_list", solution_field="ref", sandbox=LIMITS)
     p = task.problem("train", 0)
@@ -97,9 +102,11 @@ LAYOUTS = {  # completion -> the code that must run
         "```python\ndef add(a, b):\n    return a + b\n    if\n```\n```python\nadd(1, 2)\n```",
         "def add(a, b):\n    return a + b\n    if\n",
     ),
-    "defined by assignment": ("```python\nadd = lambda a, b: a + b\n```\n```python\nadd(1, 1)\n```",
-                              "add = lambda a, b: a + b\n"),
-}  # fmt: skip
+    "defined by assignment": (
+        "```python\nadd = lambda a, b: a + b\n```\n```python\nadd(1, 1)\n```",
+        "add = lambda a, b: a + b\n",
+    ),
+}
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=list(LAYOUTS))

@@ -268,8 +268,10 @@ def test_the_lab_runs_on_textworld_episodes_and_finds_their_first_errors(run_cli
 
 def test_credit_eval_rejects_a_group_of_one(tiny_ckpt, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        ce.main(["--ckpt_path", str(tiny_ckpt), "--methods", str(REPO / "configs/method/grpo.yaml")]
-                + ["--group-size", "1", "--out", str(tmp_path)])  # fmt: skip
+        ce.main(
+            ["--ckpt_path", str(tiny_ckpt), "--methods", str(REPO / "configs/method/grpo.yaml")]
+            + ["--group-size", "1", "--out", str(tmp_path)]
+        )
     assert exit_info.value.code == 2
     assert "group-size" in capsys.readouterr().err
 

@@ -107,8 +107,14 @@ def test_tokens_are_coloured_by_signed_advantage_on_one_diverging_scale_with_a_l
 
     tok = build_tiny_tokenizer()
     ids = tok(" 7+5+0=12;", add_special_tokens=False)["input_ids"]
-    rollout = rollout_from_ids([ids[:2]] * 1, [ids, ids[:5], ids[:7]], pad=0, eos=tok.eos_token_id,
-                               group_size=3, rewards=[1.0, 0.0, 0.0])  # fmt: skip
+    rollout = rollout_from_ids(
+        [ids[:2]] * 1,
+        [ids, ids[:5], ids[:7]],
+        pad=0,
+        eos=tok.eos_token_id,
+        group_size=3,
+        rewards=[1.0, 0.0, 0.0],
+    )
     from lightning_rlvr.scoring.scorer import Scorer
 
     grpo, views = cv.assign_all({"grpo": GRPOCredit()}, rollout, Scorer(None, rollout))

@@ -45,7 +45,7 @@ COMPLETIONS = [
     [4, 4, 4, EOS],
     [6, 2, 5, EOS],
     [EOS],
-]  # fmt: skip  (an empty, a one-token and an EOS-only completion)
+]  # an empty, a one-token and an EOS-only completion
 TEMPLATE = "{prompt}9{answer}"  # marker 9 switches FakeLM's predictions: the teacher "knows" something
 
 

@@ -27,8 +27,15 @@ SCRIPT = REPO / "tests" / "scripts" / "update_equivalence.py"
 
 def _run(args: list[str], tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        args,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=300)
     except subprocess.TimeoutExpired:
@@ -68,11 +75,20 @@ def test_two_ranks_with_half_the_prompts_make_the_update_of_one_rank(tmp_path):
 def test_fsdp2_fit_checkpoint_and_test_in_a_fresh_process(tmp_path, run_cli):
     ckpts = tmp_path / "ckpt"
     fit = [
-        "-m", "lightning_rlvr.cli", "fit",
-        "--config", QUICKSTART, "--config", TINY, "--config", str(REPO / "configs/strategy/fsdp2.yaml"),
-        "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
-        "--checkpoint.dirpath", str(ckpts),
-    ]  # fmt: skip
+        "-m",
+        "lightning_rlvr.cli",
+        "fit",
+        "--config",
+        QUICKSTART,
+        "--config",
+        TINY,
+        "--config",
+        str(REPO / "configs/strategy/fsdp2.yaml"),
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path / "runs"),
+        "--checkpoint.dirpath",
+        str(ckpts),
+    ]
     _run(_torchrun(2) + fit, tmp_path)
     ckpt = ckpts / "last.ckpt"
     assert ckpt.is_file()  # one consolidated file, not a sharded directory

@@ -91,10 +91,18 @@ def test_module_default_engine_is_hf_and_samples_as_before():
 def llama(**overrides) -> LlamaForCausalLM:
     tok = build_tiny_tokenizer()
     config = dict(
-        vocab_size=len(tok), hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=96, tie_word_embeddings=True,
-        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-    )  # fmt: skip
+        vocab_size=len(tok),
+        hidden_size=48,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=96,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     config.update(overrides)
     torch.manual_seed(1)
     model = LlamaForCausalLM(LlamaConfig(**config))
@@ -385,14 +393,25 @@ def test_training_evaluation_and_warm_start_all_sample_through_the_engine(tmp_pa
     engine = CountingEngine()
     warm = WarmStart(max_steps=2, eval_every=1, eval_prompts=4, batch_size=4, max_new_tokens=8, cache=False)
     module = RLVRModule(
-        task=AdditionTask(digits=1), policy=TinyPolicy(layers=1, hidden=32, heads=2, intermediate=64),
-        engine=engine, warm_start=warm, group_size=3, eval_samples=2, max_new_tokens=8, minibatches=2,
+        task=AdditionTask(digits=1),
+        policy=TinyPolicy(layers=1, hidden=32, heads=2, intermediate=64),
+        engine=engine,
+        warm_start=warm,
+        group_size=3,
+        eval_samples=2,
+        max_new_tokens=8,
+        minibatches=2,
         validate_at_start=True,
-    )  # fmt: skip
+    )
     Trainer(
-        max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False, limit_val_batches=1,
-        val_check_interval=2, num_sanity_val_steps=0,
-    ).fit(module, RLVRDataModule(batch_size=2, val_size=2, eval_batch_size=2))  # fmt: skip
+        max_steps=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        limit_val_batches=1,
+        val_check_interval=2,
+        num_sanity_val_steps=0,
+    ).fit(module, RLVRDataModule(batch_size=2, val_size=2, eval_batch_size=2))
     # warm start: 1 check before training + 1 per step (n = 1); validation at start and at step 2 (n = 2);
     # two RL steps (n = G = 3; Lightning's max_steps counts optimiser steps: 2 per RL step here)
     assert engine.calls == [1, 1, 1, 2, 3, 3, 2]
@@ -426,11 +445,22 @@ def test_fast_engine_under_fsdp2_gathers_the_shards_and_trains(tmp_path):
 
     ckpts = tmp_path / "ckpt"
     fit = [
-        "-m", "lightning_rlvr.cli", "fit", "--config", QUICKSTART, "--config", TINY,
-        "--config", str(REPO / "configs/strategy/fsdp2.yaml"),
-        "--config", str(REPO / "configs/engine/fast.yaml"),
-        "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"), "--checkpoint.dirpath", str(ckpts),
-    ]  # fmt: skip
+        "-m",
+        "lightning_rlvr.cli",
+        "fit",
+        "--config",
+        QUICKSTART,
+        "--config",
+        TINY,
+        "--config",
+        str(REPO / "configs/strategy/fsdp2.yaml"),
+        "--config",
+        str(REPO / "configs/engine/fast.yaml"),
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path / "runs"),
+        "--checkpoint.dirpath",
+        str(ckpts),
+    ]
     _run(_torchrun(2) + fit, tmp_path)
     state = torch.load(ckpts / "last.ckpt", weights_only=True)
     assert state["global_step"] == 2 and state["rlvr"]["rl_step"] == 2

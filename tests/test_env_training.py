@@ -297,8 +297,11 @@ def test_constant_normaliser_is_the_rows_policy_token_budget(monkeypatch):
     assert AdditionTask().policy_token_budget(48) == 48  # a single-turn row holds L_max tokens
     seen = []
     weights = module.loss.weights
-    monkeypatch.setattr(module.loss, "weights", lambda mask, max_len, total: seen.append(max_len) or weights(
-        mask, max_len, total))  # fmt: skip
+    monkeypatch.setattr(
+        module.loss,
+        "weights",
+        lambda mask, max_len, total: seen.append(max_len) or weights(mask, max_len, total),
+    )
     torch.manual_seed(0)
     rollout = module.rollout([env.problem("train", i) for i in range(2)], 2)
     credit = Credit(advantages=torch.ones_like(rollout.loss_mask, dtype=torch.float32))

@@ -92,8 +92,16 @@ def test_episode_layout_masks_turns_and_verdicts(tok):
     assert int(r.turn_index[1].max()) == 2
     assert policy_tokens(r, 1).tolist() == [*ids(tok, "up"), eos, *ids(tok, "go"), eos, *ids(tok, "go"), eos]
     no = ids(tok, " no\n")
-    assert r.completion_tokens(1).tolist() == [*ids(tok, "up"), eos, *no, *ids(tok, "go"), eos, *obs,
-                                                *ids(tok, "go"), eos]  # fmt: skip
+    assert r.completion_tokens(1).tolist() == [
+        *ids(tok, "up"),
+        eos,
+        *no,
+        *ids(tok, "go"),
+        eos,
+        *obs,
+        *ids(tok, "go"),
+        eos,
+    ]
     # Contexts are the rendered first observation plus everything so far.
     assert calls[1][0] == ids(tok, "say go") + ids(tok, "go") + [eos] + obs
     assert r.prompt_tokens(3).tolist() == ids(tok, "say go")

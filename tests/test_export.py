@@ -33,8 +33,19 @@ def lora_checkpoint(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("lora_run")
     lora = str(REPO / "configs" / "peft" / "lora.yaml")
-    fit = run(["fit", "--config", QUICKSTART, "--config", TINY, "--config", lora,
-               "--trainer.default_root_dir", str(root)])  # fmt: skip
+    fit = run(
+        [
+            "fit",
+            "--config",
+            QUICKSTART,
+            "--config",
+            TINY,
+            "--config",
+            lora,
+            "--trainer.default_root_dir",
+            str(root),
+        ]
+    )
     ckpt = torch.load(fit.trainer.checkpoint_callback.last_model_path, weights_only=True)
     gen = torch.Generator().manual_seed(0)
     for name, value in ckpt["state_dict"].items():
@@ -115,8 +126,18 @@ def test_lora_checkpoints_hold_the_adapters_not_the_frozen_base(tmp_path):
     from lightning_rlvr.cli import run
 
     lora = str(REPO / "configs" / "peft" / "lora.yaml")
-    args = ["--config", QUICKSTART, "--config", TINY, "--config", lora, "--model.warm_start", "null",
-            "--trainer.default_root_dir", str(tmp_path)]  # fmt: skip
+    args = [
+        "--config",
+        QUICKSTART,
+        "--config",
+        TINY,
+        "--config",
+        lora,
+        "--model.warm_start",
+        "null",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    ]
     fit = run(["fit", *args])
     last = fit.trainer.checkpoint_callback.last_model_path
     state = torch.load(last, weights_only=True)

@@ -18,9 +18,15 @@ def write_jsonl(path, rows):
 
 @pytest.mark.parametrize(
     "completion,answer",
-    [(" 7+5+0=12;0+0+1=01; answer:12", "12"), ("answer:042", "42"), ("answer: -3 then more", "-3"),
-     ("answer:5 answer:6", "5"), ("no answer here", None), ("", None)],
-)  # fmt: skip
+    [
+        (" 7+5+0=12;0+0+1=01; answer:12", "12"),
+        ("answer:042", "42"),
+        ("answer: -3 then more", "-3"),
+        ("answer:5 answer:6", "5"),
+        ("no answer here", None),
+        ("", None),
+    ],
+)
 def test_addition_answers_are_canonical_integers(completion, answer):
     task = AdditionTask(digits=2)
     assert task.extract_answer(completion) == answer

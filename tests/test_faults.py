@@ -232,8 +232,10 @@ def test_a_folder_of_several_runs_or_of_none_is_one_error_naming_what_was_expect
 
 # ---------------------------------------------------------------------------- runs that never mix
 def _config(root: Path, dirpath: Path | None) -> Namespace:
-    logger = Namespace(class_path="lightning.pytorch.loggers.CSVLogger",
-                       init_args=Namespace(save_dir=str(root), name="rlvr", version=None))  # fmt: skip
+    logger = Namespace(
+        class_path="lightning.pytorch.loggers.CSVLogger",
+        init_args=Namespace(save_dir=str(root), name="rlvr", version=None),
+    )
     return Namespace(
         trainer=Namespace(logger=logger), checkpoint=Namespace(dirpath=str(dirpath) if dirpath else None)
     )

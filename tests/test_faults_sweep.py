@@ -139,9 +139,21 @@ def test_the_trainer_cli_dies_with_its_parent_and_frees_its_checkpoint_folder(tm
         "--config",
         str(REPO / "tests/configs/tiny.yaml"),
     ]
-    fit = [sys.executable, "-m", "lightning_rlvr.cli", "fit", *configs, "--trainer.max_steps", "100000",
-           "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
-           "--checkpoint.dirpath", str(folder)]  # fmt: skip
+    fit = [
+        sys.executable,
+        "-m",
+        "lightning_rlvr.cli",
+        "fit",
+        *configs,
+        "--trainer.max_steps",
+        "100000",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        "--trainer.logger",
+        "false",
+        "--checkpoint.dirpath",
+        str(folder),
+    ]
     read, write = os.pipe()
     parent = os.fork()
     if parent == 0:  # pragma: no cover - the parent of the fit, a child of pytest

@@ -37,8 +37,15 @@ def test_exact_arithmetic_and_prefixes():
 def arithmetic():
     from lightning_rlvr.tasks.reasoning_gym import ReasoningGymTask
 
-    config = {"min_terms": 3, "max_terms": 3, "min_digits": 1, "max_digits": 1, "operators": ["+", "-"],
-              "allow_parentheses": False, "allow_negation": False}  # fmt: skip
+    config = {
+        "min_terms": 3,
+        "max_terms": 3,
+        "min_digits": 1,
+        "max_digits": 1,
+        "operators": ["+", "-"],
+        "allow_parentheses": False,
+        "allow_negation": False,
+    }
     return ReasoningGymTask("basic_arithmetic", config, template="{question}", pool_size=100)
 
 
@@ -61,8 +68,13 @@ def test_reasoning_gym_first_error(arithmetic, completion, expected):
     problem = Problem("Calculate 0 - 4 - 8.", "-12", meta={"entry": {"answer": "-12", "metadata": {}}})
     assert arithmetic.first_error(completion, problem) == expected
     if expected is not None and expected < len(completion):
-        assert completion[:expected] in (" 0-4=-4;-4-8=-1", " 0-4=-4;-4-8=-12; answer:-1", " answer:-1",
-                                         " answer: ", " <answer>-1")  # fmt: skip
+        assert completion[:expected] in (
+            " 0-4=-4;-4-8=-1",
+            " 0-4=-4;-4-8=-12; answer:-1",
+            " answer:-1",
+            " answer: ",
+            " <answer>-1",
+        )
 
 
 # ---------------------------------------------------------------------------- episodes

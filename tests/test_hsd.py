@@ -27,10 +27,19 @@ GROUP = [i // G for i in range(len(REWARDS))]
 ANSWERS = ["25", "3", "47"]
 PROMPTS = [[3, 4], [5, 2, 6], [7, 4]]
 COMPLETIONS = [
-    [2, 5, EOS], [2, 7, 3, EOS], [2, 5, 4, 6, EOS], [8, 8],
-    [3, EOS], [4, 4, 4, EOS], [6, 2, 5, EOS], [7, 7, 2],
-    [4, 7, EOS], [4, 6, 3, 2, EOS], [5, 5, EOS], [4, 8, EOS],
-]  # fmt: skip
+    [2, 5, EOS],
+    [2, 7, 3, EOS],
+    [2, 5, 4, 6, EOS],
+    [8, 8],
+    [3, EOS],
+    [4, 4, 4, EOS],
+    [6, 2, 5, EOS],
+    [7, 7, 2],
+    [4, 7, EOS],
+    [4, 6, 3, 2, EOS],
+    [5, 5, EOS],
+    [4, 8, EOS],
+]
 PEER = "{prompt}9{reference}3{answer}"  # marker 9 changes the fake policy's predictions
 ANSWER_ONLY = "{prompt}9{answer}"
 
@@ -272,9 +281,14 @@ def _hsd_update(**hsd_kwargs) -> tuple[dict, dict]:
     )
     policy = TinyPolicy(layers=1, hidden=32, heads=2, intermediate=64, max_positions=64)
     module = RLVRModule(
-        task=AdditionTask(digits=1), policy=policy, credit=credit, group_size=4, max_new_tokens=8,
-        micro_batch_size=3, validate_at_start=False,
-    )  # fmt: skip
+        task=AdditionTask(digits=1),
+        policy=policy,
+        credit=credit,
+        group_size=4,
+        max_new_tokens=8,
+        micro_batch_size=3,
+        validate_at_start=False,
+    )
     module.model.eval()
     torch.manual_seed(0)
     rollout = sample(

@@ -201,14 +201,24 @@ class Recording(RLVRModule):
 def _one_step(tmp_path, engine: float | None = None, **kwargs) -> Recording:
     policy = TinyPolicy(layers=1, hidden=32, heads=2, intermediate=64, max_positions=64)
     module = Recording(
-        task=AdditionTask(digits=1), policy=policy, group_size=4, max_new_tokens=12, micro_batch_size=8,
-        validate_at_start=False, **kwargs,
-    )  # fmt: skip
+        task=AdditionTask(digits=1),
+        policy=policy,
+        group_size=4,
+        max_new_tokens=12,
+        micro_batch_size=8,
+        validate_at_start=False,
+        **kwargs,
+    )
     module.engine_logp_value = engine
     Trainer(
-        max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path,
-    ).fit(module, RLVRDataModule(batch_size=2, val_size=2))  # fmt: skip
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+    ).fit(module, RLVRDataModule(batch_size=2, val_size=2))
     return module
 
 

@@ -108,12 +108,21 @@ def test_hand_graded_pairs(predicted, gold, correct):
 
 @pytest.mark.parametrize(
     "completion, gold, reward",
-    [("The roots are 3, 5", "3, 5", 1.0), ("The roots are 5, 3", "3, 5", 1.0), ("I get 1, 5", "3, 5", 0.0),
-     ("I get 2, 3, 5", "3, 5", 0.0), ("I get 2, 3, 5", "5", 0.0), ("the point (1, 5)", "(3, 5)", 0.0),
-     ("the point (3, 5)", "(3, 5)", 1.0), ("the point (1, 5)", "5", 0.0),
-     ("it costs 1,000 dollars", "1000", 1.0), ("it costs 1,000", "0", 0.0),
-     ("I get 0.5 no wait 3", "3", 1.0), ("from 3, 4 we get 7", "7", 1.0)],
-)  # fmt: skip
+    [
+        ("The roots are 3, 5", "3, 5", 1.0),
+        ("The roots are 5, 3", "3, 5", 1.0),
+        ("I get 1, 5", "3, 5", 0.0),
+        ("I get 2, 3, 5", "3, 5", 0.0),
+        ("I get 2, 3, 5", "5", 0.0),
+        ("the point (1, 5)", "(3, 5)", 0.0),
+        ("the point (3, 5)", "(3, 5)", 1.0),
+        ("the point (1, 5)", "5", 0.0),
+        ("it costs 1,000 dollars", "1000", 1.0),
+        ("it costs 1,000", "0", 0.0),
+        ("I get 0.5 no wait 3", "3", 1.0),
+        ("from 3, 4 we get 7", "7", 1.0),
+    ],
+)
 def test_free_text_lists_are_read_whole(completion, gold, reward):
     assert math_reward(completion, gold)[0] == reward
 

@@ -24,9 +24,17 @@ def write_jsonl(path, rows):
 
 @pytest.mark.parametrize(
     "a, b",
-    [("0.5", "1/2"), ("0.5", "\\frac{1}{2}"), ("1/2", "\\frac{1}{2}"), ("\\dfrac{3}{4}", "0.75"),
-     ("1,000", "1000"), ("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2"), ("x = 2", "2"), ("(1,2)", "(1, 2)")],
-)  # fmt: skip
+    [
+        ("0.5", "1/2"),
+        ("0.5", "\\frac{1}{2}"),
+        ("1/2", "\\frac{1}{2}"),
+        ("\\dfrac{3}{4}", "0.75"),
+        ("1,000", "1000"),
+        ("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2"),
+        ("x = 2", "2"),
+        ("(1,2)", "(1, 2)"),
+    ],
+)
 def test_equivalent_answers(a, b):
     assert math_equal(a, b) and math_equal(b, a)
 
@@ -53,9 +61,16 @@ def test_reference_answers_from_gsm8k_and_math_cells():
 
 @pytest.mark.parametrize(
     "completion, reward",
-    [("So the answer is \\boxed{\\frac{1}{2}}.", 1.0), ("3 + 4, so #### 0.5", 1.0), ("answer: 1/2", 1.0),
-     ("I get 0.5", 1.0), ("\\boxed{2}", 0.0), ("I get 0.5 no wait 3", 0.0), ("", 0.0)],
-)  # fmt: skip
+    [
+        ("So the answer is \\boxed{\\frac{1}{2}}.", 1.0),
+        ("3 + 4, so #### 0.5", 1.0),
+        ("answer: 1/2", 1.0),
+        ("I get 0.5", 1.0),
+        ("\\boxed{2}", 0.0),
+        ("I get 0.5 no wait 3", 0.0),
+        ("", 0.0),
+    ],
+)
 def test_math_reward(completion, reward):
     assert math_reward(completion, "#### 0.5")[0] == reward
 
@@ -75,8 +90,9 @@ def test_math_shaped_parquet_with_problem_and_solution_columns(tmp_path):
     from datasets import Dataset
 
     f = tmp_path / "math.parquet"
-    Dataset.from_dict({"problem": ["Simplify $2/4$."], "solution": ["$2/4 = \\boxed{\\frac{1}{2}}$"],
-                       "level": ["Level 1"]}).to_parquet(str(f))  # fmt: skip
+    Dataset.from_dict(
+        {"problem": ["Simplify $2/4$."], "solution": ["$2/4 = \\boxed{\\frac{1}{2}}$"], "level": ["Level 1"]}
+    ).to_parquet(str(f))
     task = MathTask(
         str(f), str(f), question_field="problem", answer_field="solution", solution_field="solution"
     )
@@ -88,9 +104,14 @@ def test_math_shaped_parquet_with_problem_and_solution_columns(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "bad", [{"question": "q"}, {"question": "q", "answer": ""}, {"question": "q", "answer": None},
-            {"question": "q", "answer": "work but no final #### "}],
-)  # fmt: skip
+    "bad",
+    [
+        {"question": "q"},
+        {"question": "q", "answer": ""},
+        {"question": "q", "answer": None},
+        {"question": "q", "answer": "work but no final #### "},
+    ],
+)
 def test_a_row_without_its_answer_names_the_file_and_row(tmp_path, bad):
     f = write_jsonl(tmp_path / "rows.jsonl", [{"question": "ok", "answer": "#### 1"}, bad])
     good = write_jsonl(tmp_path / "good.jsonl", [{"question": "ok", "answer": "#### 1"}])

@@ -164,10 +164,16 @@ def test_how_often_validation_runs_does_not_change_training(tmp_path):
         module = tiny_module(task=EvenLengthTask(), validate_at_start=every is not None)  # mixed groups
         start = {k: v.clone() for k, v in module.state_dict().items()}
         Trainer(
-            max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-            enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path,
-            limit_val_batches=1 if every else 0, val_check_interval=every or 1,
-        ).fit(module, RLVRDataModule(batch_size=2, val_size=2, eval_batch_size=2))  # fmt: skip
+            max_steps=3,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            default_root_dir=tmp_path,
+            limit_val_batches=1 if every else 0,
+            val_check_interval=every or 1,
+        ).fit(module, RLVRDataModule(batch_size=2, val_size=2, eval_batch_size=2))
         weights.append({k: v.clone() for k, v in module.state_dict().items()})
         assert module.rl_step == 3 and any(not torch.equal(v, start[k]) for k, v in weights[-1].items())
     assert weights[0].keys() == weights[1].keys()

@@ -158,9 +158,14 @@ LOSSES = [PPOClip(loss_agg=a) for a in ("seq_mean", "token_mean", "constant")] +
 @pytest.mark.parametrize("loss", LOSSES, ids=lambda x: f"{type(x).__name__}-{x.loss_agg}")
 def test_padding_free_update_gradients_equal_the_padded_layout(loss):
     module = RLVRModule(
-        task=AdditionTask(digits=1), policy=TinyPolicy(**SHAPE), loss=loss, max_new_tokens=T_MAX,
-        micro_batch_size=4, micro_batch_tokens=48, validate_at_start=False,
-    )  # fmt: skip
+        task=AdditionTask(digits=1),
+        policy=TinyPolicy(**SHAPE),
+        loss=loss,
+        max_new_tokens=T_MAX,
+        micro_batch_size=4,
+        micro_batch_tokens=48,
+        validate_at_start=False,
+    )
     for seed, with_old in ((0, False), (1, True)):
         r = ragged_rollout(seed, tokenizer=module.tokenizer)
         keep = torch.rand(r.completion_mask.shape, generator=torch.Generator().manual_seed(seed)) > 0.2
@@ -187,9 +192,13 @@ def test_padding_free_update_gradients_equal_the_padded_layout(loss):
 
 def test_a_token_loss_sees_full_width_logits_and_gets_the_same_gradients():
     module = RLVRModule(
-        task=AdditionTask(digits=1), policy=TinyPolicy(**SHAPE), max_new_tokens=T_MAX,
-        micro_batch_size=3, micro_batch_tokens=40, validate_at_start=False,
-    )  # fmt: skip
+        task=AdditionTask(digits=1),
+        policy=TinyPolicy(**SHAPE),
+        max_new_tokens=T_MAX,
+        micro_batch_size=3,
+        micro_batch_tokens=40,
+        validate_at_start=False,
+    )
     r = ragged_rollout(2, tokenizer=module.tokenizer)
     target = torch.randn(r.num_rows, T_MAX, len(module.tokenizer), generator=torch.Generator().manual_seed(0))
 
@@ -237,15 +246,27 @@ def _shear_step(tmp_path, fuse: bool, dropout: float = 0.0, credit=None) -> Fixe
     policy = TinyPolicy(**SHAPE)
     tok = policy.load()[1]
     module = FixedRollout(
-        ragged_rollout(3, n=16, tokenizer=tok), task=AdditionTask(digits=1), policy=policy,
-        credit=credit or SHEARCredit(window=3, stride=1), max_new_tokens=T_MAX, micro_batch_size=5,
-        micro_batch_tokens=64, fuse_policy_pass=fuse, validate_at_start=False, lr=1e-2,
-    )  # fmt: skip
+        ragged_rollout(3, n=16, tokenizer=tok),
+        task=AdditionTask(digits=1),
+        policy=policy,
+        credit=credit or SHEARCredit(window=3, stride=1),
+        max_new_tokens=T_MAX,
+        micro_batch_size=5,
+        micro_batch_tokens=64,
+        fuse_policy_pass=fuse,
+        validate_at_start=False,
+        lr=1e-2,
+    )
     module.model.config.attention_dropout = dropout
     Trainer(
-        max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path,
-    ).fit(module, RLVRDataModule(batch_size=2, val_size=2))  # fmt: skip
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+    ).fit(module, RLVRDataModule(batch_size=2, val_size=2))
     module.extra_tokens = float(module.trainer.callback_metrics["perf/extra_forward_tokens"])
     assert float(module.trainer.callback_metrics["perf/fused_policy_pass"]) == float(module.fused)  # logged
     return module
@@ -433,13 +454,25 @@ def test_a_fit_with_shared_prompts_makes_the_weights_of_a_fit_without(tmp_path, 
         calls.clear()
         seed_everything(0)
         module = FixedRollout(
-            rollout, task=AdditionTask(digits=1), policy=policy, max_new_tokens=T_MAX, micro_batch_size=5,
-            micro_batch_tokens=48, share_prompts=share, validate_at_start=False, lr=lr,
-        )  # fmt: skip
+            rollout,
+            task=AdditionTask(digits=1),
+            policy=policy,
+            max_new_tokens=T_MAX,
+            micro_batch_size=5,
+            micro_batch_tokens=48,
+            share_prompts=share,
+            validate_at_start=False,
+            lr=lr,
+        )
         Trainer(
-            max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-            enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path,
-        ).fit(module, RLVRDataModule(batch_size=2, val_size=2))  # fmt: skip
+            max_steps=2,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            default_root_dir=tmp_path,
+        ).fit(module, RLVRDataModule(batch_size=2, val_size=2))
         weights[share] = module.model.state_dict()
         assert bool(calls) == share
     start = start.state_dict()

@@ -200,9 +200,13 @@ def test_rredcot_values_are_those_of_whole_sequences(model_and_vocab, last_value
             toks[pos] = semi[0]
         completions.append(toks + [eos])
     rollout = rollout_from_ids(
-        [enc("12+34"), enc("5+678")], completions, pad=pad, eos=eos, group_size=4,
+        [enc("12+34"), enc("5+678")],
+        completions,
+        pad=pad,
+        eos=eos,
+        group_size=4,
         rewards=[1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0],
-    )  # fmt: skip
+    )
     rollout = replace(
         rollout, problems=[Problem(prompt="12+34", answer="46"), Problem(prompt="5+678", answer="683")]
     )

@@ -40,9 +40,14 @@ def tok():
 @pytest.fixture(scope="module")
 def model(tok):
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
-    )  # fmt: skip
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
     torch.manual_seed(0)
     return LlamaForCausalLM(config).eval()
 
@@ -65,11 +70,19 @@ def chat_rollout(tok, fmt: PromptFormat, correct: list[bool]) -> Rollout:
     c_mask = torch.nn.utils.rnn.pad_sequence([torch.ones_like(s) for s in seqs], batch_first=True)
     rewards = torch.tensor([float(c) for c in correct])
     return Rollout(
-        prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
-        group=torch.zeros(len(COMPLETIONS), dtype=torch.long), problems=[Problem(PROMPT, ANSWER)],
-        completions=COMPLETIONS, pad_id=pad, eos_id=tok.eos_token_id, rewards=rewards,
-        correct=rewards > 0.5, feedback=["correct" if c else "wrong answer" for c in correct],
-    )  # fmt: skip
+        prompt_ids=p_ids,
+        prompt_mask=p_mask,
+        completion_ids=c_ids,
+        completion_mask=c_mask,
+        group=torch.zeros(len(COMPLETIONS), dtype=torch.long),
+        problems=[Problem(PROMPT, ANSWER)],
+        completions=COMPLETIONS,
+        pad_id=pad,
+        eos_id=tok.eos_token_id,
+        rewards=rewards,
+        correct=rewards > 0.5,
+        feedback=["correct" if c else "wrong answer" for c in correct],
+    )
 
 
 def contexts(credit, tok, model, fmt, correct) -> tuple[Rollout, list[tuple[str, int]]]:
@@ -122,8 +135,10 @@ def test_hsd_puts_the_peer_and_the_answer_in_the_user_turn(tok, model):
     for context, _ in views:
         user = (
             HSDCredit.text_defaults["peer_template"]
-            .replace("{prompt}", PROMPT).replace("{reference}", COMPLETIONS[0]).replace("{answer}", ANSWER)
-        )  # fmt: skip
+            .replace("{prompt}", PROMPT)
+            .replace("{reference}", COMPLETIONS[0])
+            .replace("{answer}", ANSWER)
+        )
         check_layout(tok, fmt, context, user, student)
     _, views = contexts(HSDCredit(), tok, model, fmt, [False, False, False])  # no success: answer only
     for context, _ in views:

@@ -19,11 +19,25 @@ REAL = str(REPO / "configs" / "quickstart_real.yaml")
 def test_the_real_quickstart_fits_a_step_offline(run_cli, tmp_path):
     assert os.environ.get("HF_HUB_OFFLINE") == "1"  # nothing may be downloaded
     cli = run_cli(
-        "fit", "--trainer.max_steps", "1", "--trainer.enable_progress_bar", "false",
-        "--data.batch_size", "1", "--model.group_size", "2", "--model.max_new_tokens", "4",
-        "--model.validate_at_start", "false", "--data.val_size", "1", "--data.eval_batch_size", "1",
+        "fit",
+        "--trainer.max_steps",
+        "1",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--data.batch_size",
+        "1",
+        "--model.group_size",
+        "2",
+        "--model.max_new_tokens",
+        "4",
+        "--model.validate_at_start",
+        "false",
+        "--data.val_size",
+        "1",
+        "--data.eval_batch_size",
+        "1",
         configs=(REAL,),
-    )  # fmt: skip
+    )
     module = cli.model
     assert sum(p.numel() for p in module.model.parameters()) > 130e6  # the real 135M model, LoRA-wrapped
     assert module.render("1 + 2 =").startswith("<|im_start|>system")  # its chat template, by default

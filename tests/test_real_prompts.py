@@ -15,11 +15,21 @@ from lightning_rlvr.prompts import PromptFormat
 from tests.real_model import tiny_real_llama
 
 SUMS = [
-    "--model.task", "lightning_rlvr.tasks.ReasoningGymTask", "--model.task.init_args.name", "chain_sum",
-    "--model.task.init_args.config", '{"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}',
-    "--model.task.init_args.template", "{question}", "--model.task.init_args.answers.kind", "number",
-    "--model.warm_start", "null", "--model.validate_at_start", "false",
-]  # fmt: skip
+    "--model.task",
+    "lightning_rlvr.tasks.ReasoningGymTask",
+    "--model.task.init_args.name",
+    "chain_sum",
+    "--model.task.init_args.config",
+    '{"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}',
+    "--model.task.init_args.template",
+    "{question}",
+    "--model.task.init_args.answers.kind",
+    "number",
+    "--model.warm_start",
+    "null",
+    "--model.validate_at_start",
+    "false",
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +49,12 @@ def test_the_chat_template_is_the_default_prompt_format(tiny_dir):
 
 
 def test_samples_greedy_evaluation_and_progress_are_logged(tiny_dir, run_cli, tmp_path, capfd):
-    policy = ["--model.policy", "lightning_rlvr.models.PretrainedPolicy",
-              "--model.policy.init_args.name_or_path", tiny_dir]  # fmt: skip
+    policy = [
+        "--model.policy",
+        "lightning_rlvr.models.PretrainedPolicy",
+        "--model.policy.init_args.name_or_path",
+        tiny_dir,
+    ]
     extra = [*policy, *SUMS, "--model.log_samples", "3", "--model.max_new_tokens", "6"]
     cli = run_cli("fit", *extra, "--trainer.max_steps", "1", "--model.eval_greedy", "true")
     run_dir = cli.trainer.log_dir

@@ -214,13 +214,13 @@ def test_no_process_outlives_the_run(canary_dir):
     escapes = [
         f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n",
         f"import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            f"        os.execvp('sleep', ['sleep', '{marker}'])\n    os._exit(0)\ntime.sleep(0.2)\n",
+        f"        os.execvp('sleep', ['sleep', '{marker}'])\n    os._exit(0)\ntime.sleep(0.2)\n",
         f"import subprocess\nsubprocess.Popen([{str(setuid_sleep)!r}, '{marker}'], start_new_session=True)\n",
         f"import os, subprocess\ndef square(x):\n"
-            f"    subprocess.Popen(['setsid', 'sleep', '{marker}'])\n    os._exit(0)\n",
+        f"    subprocess.Popen(['setsid', 'sleep', '{marker}'])\n    os._exit(0)\n",
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
-            "        pass\n",  # a fork bomb
-    ]  # fmt: skip
+        "        pass\n",  # a fork bomb
+    ]
     verdicts = TASK.check_batch(escapes, [HUMANEVAL] * len(escapes))
     assert [v.reward for v, _ in verdicts] == [0.0] * len(escapes)
     assert run_python(escapes[0], LIMITS).passed  # also after a run that ended normally
@@ -390,9 +390,14 @@ def test_the_unprivileged_path_isolates_with_a_user_namespace():
         else:
             python = sys.executable
         proc = subprocess.run(
-            [python, "-c", NON_ROOT_SCRIPT], cwd=tmp, env={"PYTHONPATH": tmp, "PATH": os.environ["PATH"]},
-            capture_output=True, text=True, timeout=120, **kwargs,
-        )  # fmt: skip
+            [python, "-c", NON_ROOT_SCRIPT],
+            cwd=tmp,
+            env={"PYTHONPATH": tmp, "PATH": os.environ["PATH"]},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            **kwargs,
+        )
     assert proc.returncode == 0, proc.stderr[-2000:]  # the "trainer" survived kill(-1) and kill(its pid)
     out = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
     assert out["uid"] != 0 and out["report"]["userns"] and out["report"]["namespaces"]

@@ -140,8 +140,10 @@ def test_axis_overrides_give_each_method_its_own_lr(grid_sweep):
         "loss": {"init_args": {"loss_agg": "seq_mean"}},
         "lr": 2.0e-4,
     }
-    assert ("--model.lr", "0.0002") in zip(swc.fit_command(sw.load_sweep(grid_sweep), alpha)[:-1],
-                                          swc.fit_command(sw.load_sweep(grid_sweep), alpha)[1:])  # fmt: skip
+    assert ("--model.lr", "0.0002") in zip(
+        swc.fit_command(sw.load_sweep(grid_sweep), alpha)[:-1],
+        swc.fit_command(sw.load_sweep(grid_sweep), alpha)[1:],
+    )
 
 
 def test_axis_overrides_keyed_by_a_numeric_axis_value(grid_sweep):

@@ -41,8 +41,11 @@ def test_a_sweep_resumes_on_a_fresh_machine_from_the_runs_archived_with_its_repo
     again = FakeLightning()
     assert sw.main([str(path), "--jobs", "1"], runner=again) == 0
     assert [c for c in again.calls if c[1] != "_warmup"] == [
-        ("fit", "one__seed=1"), ("test", "one__seed=1"), ("fit", "two__seed=1"), ("test", "two__seed=1"),
-    ]  # fmt: skip
+        ("fit", "one__seed=1"),
+        ("test", "one__seed=1"),
+        ("fit", "two__seed=1"),
+        ("test", "two__seed=1"),
+    ]
     with open(report / "results.csv") as f:
         rows = {r["run_id"]: r for r in csv.DictReader(f)}
     assert sorted(rows) == ["one__seed=0", "one__seed=1", "two__seed=0", "two__seed=1"]

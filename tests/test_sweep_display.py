@@ -11,10 +11,16 @@ from lightning_rlvr.experiments.sweep import rows as run_rows
 
 def _rows(values: list[str]) -> list[dict]:
     return [
-        {"run_id": f"{v}__seed={s}", "method": v, "seed": str(s), "test/pass@1": str(0.1 * s + 0.01 * i),
-         "val/pass@1_final": "0.2"}
-        for i, v in enumerate(values) for s in range(3)
-    ]  # fmt: skip
+        {
+            "run_id": f"{v}__seed={s}",
+            "method": v,
+            "seed": str(s),
+            "test/pass@1": str(0.1 * s + 0.01 * i),
+            "val/pass@1_final": "0.2",
+        }
+        for i, v in enumerate(values)
+        for s in range(3)
+    ]
 
 
 def test_a_config_list_with_one_stem_is_named_once_in_tables_and_curves():

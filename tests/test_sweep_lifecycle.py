@@ -84,8 +84,12 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, monkey
     }
     second = FakeLightning(fail_test_at="two__seed=1")
     assert sw.main([str(path), "--jobs", "1"], runner=second) == 1  # one run still fails its test
-    assert second.calls == [("fit", "one__seed=1"), ("test", "one__seed=1"), ("fit", "two__seed=1"),
-                            ("test", "two__seed=1")]  # fmt: skip
+    assert second.calls == [
+        ("fit", "one__seed=1"),
+        ("test", "one__seed=1"),
+        ("fit", "two__seed=1"),
+        ("test", "two__seed=1"),
+    ]
     third = FakeLightning()
     assert sw.main([str(path), "--jobs", "2"], runner=third) == 0
     assert third.calls == [("test", "two__seed=1")]  # its fit had finished: only the test reruns
@@ -200,12 +204,18 @@ def test_submitit_launcher_runs_every_run(tmp_path, monkeypatch):
     """The cluster path through submitit's ``debug`` executor (same API as SLURM, run in this process)."""
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
-    path = write(tmp_path / "s.yaml", "out: out\nslurm: {timeout_min: 5}\ngrid:\n  config: [m/one.yaml]\n"
-                 "  seed_everything: [0, 1]\n")  # fmt: skip
+    path = write(
+        tmp_path / "s.yaml",
+        "out: out\nslurm: {timeout_min: 5}\ngrid:\n  config: [m/one.yaml]\n  seed_everything: [0, 1]\n",
+    )
     fake = FakeLightning()
     assert sw.main([str(path), "--launcher", "debug", "--slurm", "slurm_partition=x"], runner=fake) == 0
-    assert sorted(fake.calls) == [("fit", "one__seed=0"), ("fit", "one__seed=1"), ("test", "one__seed=0"),
-                                  ("test", "one__seed=1")]  # fmt: skip
+    assert sorted(fake.calls) == [
+        ("fit", "one__seed=0"),
+        ("fit", "one__seed=1"),
+        ("test", "one__seed=0"),
+        ("test", "one__seed=1"),
+    ]
     assert sorted(p.parent.name for p in (tmp_path / "out").glob("*/DONE")) == ["one__seed=0", "one__seed=1"]
 
 

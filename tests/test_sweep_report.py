@@ -259,11 +259,19 @@ def write_credit_eval(path, rows: list[tuple[str, float | None, float | None, fl
     write_csv(
         path,
         [
-            {"method": m, "class": "X", "spearman": summary(sp), "localisation": summary(lo),
-             "uniform": summary(0.1), "sign": summary(sg), "tokens_per_group": 10.0, "seconds_per_group": 0.1}
+            {
+                "method": m,
+                "class": "X",
+                "spearman": summary(sp),
+                "localisation": summary(lo),
+                "uniform": summary(0.1),
+                "sign": summary(sg),
+                "tokens_per_group": 10.0,
+                "seconds_per_group": 0.1,
+            }
             for m, sp, lo, sg in rows
         ],
-    )  # fmt: skip
+    )
 
 
 def test_credit_eval_columns_are_read_when_present_and_omitted_otherwise(tmp_path):

@@ -21,9 +21,12 @@ from lightning_rlvr.experiments.sweep.spec import ReportSettings
 def run(method: str, seed: int, reached: float | None, cap: float | None = 500.0) -> dict:
     """A results.csv row: seconds to the target ("" if never) and at the last validation ("" if unknown)."""
     return {
-        "method": method, "seed": str(seed), START: "0.1",
-        TIME_TO_TARGET: "" if reached is None else str(reached), TIME_CAP: "" if cap is None else str(cap),
-    }  # fmt: skip
+        "method": method,
+        "seed": str(seed),
+        START: "0.1",
+        TIME_TO_TARGET: "" if reached is None else str(reached),
+        TIME_CAP: "" if cap is None else str(cap),
+    }
 
 
 def by_seed(*rows: dict) -> dict[str, dict]:
@@ -116,9 +119,12 @@ def test_times_print_in_whole_seconds_in_every_table_and_verdict():
 def steps_run(method: str, seed: int, reached: int | None, cap: int = 24) -> dict:
     """A results.csv row with RL steps to the target ("" if never) and at the last validation."""
     return {
-        "method": method, "seed": str(seed), START: "0.1",
-        STEPS_TO_TARGET: "" if reached is None else str(reached), STEPS_CAP: str(cap),
-    }  # fmt: skip
+        "method": method,
+        "seed": str(seed),
+        START: "0.1",
+        STEPS_TO_TARGET: "" if reached is None else str(reached),
+        STEPS_CAP: str(cap),
+    }
 
 
 @pytest.mark.parametrize(("steps", "said"), [([3, 6, 3], "faster"), ([21, 21, 18], "slower")])

@@ -17,24 +17,41 @@ def write_jsonl(path, rows):
 
 
 def gsm8k_files(tmp_path):
-    rows = [{"question": f"Tom has {a} apples, gets {b} more. How many?", "answer": f"{a}+{b}\n#### {a + b}"}
-            for a, b in [(1, 2), (3, 4), (5, 6), (7, 1)]]  # fmt: skip
-    return ["--model.task.init_args.train_file", write_jsonl(tmp_path / "train.jsonl", rows),
-            "--model.task.init_args.test_file", write_jsonl(tmp_path / "test.jsonl", rows)]  # fmt: skip
+    rows = [
+        {"question": f"Tom has {a} apples, gets {b} more. How many?", "answer": f"{a}+{b}\n#### {a + b}"}
+        for a, b in [(1, 2), (3, 4), (5, 6), (7, 1)]
+    ]
+    return [
+        "--model.task.init_args.train_file",
+        write_jsonl(tmp_path / "train.jsonl", rows),
+        "--model.task.init_args.test_file",
+        write_jsonl(tmp_path / "test.jsonl", rows),
+    ]
 
 
 def math_files(tmp_path):
-    rows = [{"problem": f"What is ${a}/{b}$?", "solution": f"It is $\\boxed{{\\frac{{{a}}}{{{b}}}}}$."}
-            for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]  # fmt: skip
-    return ["--model.task.init_args.train_file", write_jsonl(tmp_path / "train.jsonl", rows),
-            "--model.task.init_args.test_file", write_jsonl(tmp_path / "test.jsonl", rows)]  # fmt: skip
+    rows = [
+        {"problem": f"What is ${a}/{b}$?", "solution": f"It is $\\boxed{{\\frac{{{a}}}{{{b}}}}}$."}
+        for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]
+    ]
+    return [
+        "--model.task.init_args.train_file",
+        write_jsonl(tmp_path / "train.jsonl", rows),
+        "--model.task.init_args.test_file",
+        write_jsonl(tmp_path / "test.jsonl", rows),
+    ]
 
 
 def code_files(tmp_path):
     rows = [{"prompt": f"Write f(x) returning x+{k}.", "tests": f"assert f(1) == {1 + k}"} for k in range(4)]
-    return ["--model.task.init_args.train_file", write_jsonl(tmp_path / "train.jsonl", rows),
-            "--model.task.init_args.test_file", write_jsonl(tmp_path / "test.jsonl", rows),
-            "--model.task.init_args.sandbox.wall_s", "2"]  # fmt: skip
+    return [
+        "--model.task.init_args.train_file",
+        write_jsonl(tmp_path / "train.jsonl", rows),
+        "--model.task.init_args.test_file",
+        write_jsonl(tmp_path / "test.jsonl", rows),
+        "--model.task.init_args.sandbox.wall_s",
+        "2",
+    ]
 
 
 OVERRIDES = {

@@ -103,13 +103,27 @@ def test_missing_column_and_missing_file_are_clear(tmp_path):
 
 @pytest.mark.parametrize(
     "completion, gold, reward",
-    [("answer: 1500", "1,500", 1.0), ("answer: 1,500", "1500", 1.0), ("it is 1,500.", "1500", 1.0),
-     ("answer: 15", "1, 5", 0.0), ("answer: 1, 5", "15", 0.0), ("answer: 1 5", "15", 0.0),
-     ("answer: 1,5", "15", 0.0), ("answer: 1, 5", "1,5", 1.0), ("answer: 1,  5", "1, 5", 1.0),
-     ("I count 1,2,3", "123", 0.0), ("I count 1,2,3", "3", 0.0), ("answer: -4", "4", 0.0),
-     ("so -4", "-4", 1.0), ("answer: Yes.", "yes", 1.0), ("I get 2, 3, 5", "5", 0.0),
-     ("I get 3, 5", "3, 5", 1.0), ("I get (1, 5)", "5", 0.0), ("from 3, 4 I get 7", "7", 1.0)],
-)  # fmt: skip
+    [
+        ("answer: 1500", "1,500", 1.0),
+        ("answer: 1,500", "1500", 1.0),
+        ("it is 1,500.", "1500", 1.0),
+        ("answer: 15", "1, 5", 0.0),
+        ("answer: 1, 5", "15", 0.0),
+        ("answer: 1 5", "15", 0.0),
+        ("answer: 1,5", "15", 0.0),
+        ("answer: 1, 5", "1,5", 1.0),
+        ("answer: 1,  5", "1, 5", 1.0),
+        ("I count 1,2,3", "123", 0.0),
+        ("I count 1,2,3", "3", 0.0),
+        ("answer: -4", "4", 0.0),
+        ("so -4", "-4", 1.0),
+        ("answer: Yes.", "yes", 1.0),
+        ("I get 2, 3, 5", "5", 0.0),
+        ("I get 3, 5", "3, 5", 1.0),
+        ("I get (1, 5)", "5", 0.0),
+        ("from 3, 4 I get 7", "7", 1.0),
+    ],
+)
 def test_exact_match_keeps_commas_between_numbers_and_drops_only_thousands_separators(
     tmp_path, completion, gold, reward
 ):

@@ -50,9 +50,15 @@ def roll_out(task: Task, sampler: Sampler, problems: list[Problem], group_size: 
         generate = engine_generate(s.engine, s.model, s.tokenizer, s.sampling)
         positions = getattr(getattr(s.model, "config", None), "max_position_embeddings", None)
         rollout = run_episodes(
-            task, problems, group_size, generate, s.tokenizer,
-            max_new_tokens_per_turn=s.sampling.max_new_tokens, render=s.render, max_context_tokens=positions,
-        )  # fmt: skip
+            task,
+            problems,
+            group_size,
+            generate,
+            s.tokenizer,
+            max_new_tokens_per_turn=s.sampling.max_new_tokens,
+            render=s.render,
+            max_context_tokens=positions,
+        )
         device = next(s.model.parameters()).device
         rollout.rewards, rollout.correct = rollout.rewards.to(device), rollout.correct.to(device)
         return Collected(rollout, 0, time.perf_counter() - t0, 0.0)

@@ -150,9 +150,16 @@ class EngineSampler:
         rewards, correct, generated, forward = [], [], 0, 0
         for prefix, problem, mask in zip(prefixes, problems, policy_masks):
             r = continue_episodes(
-                self.task, problem, prefix.tolist(), mask.tolist(), n, generate, self.tokenizer,
-                max_new_tokens_per_turn=self.max_new_tokens, max_context_tokens=positions,
-            )  # fmt: skip
+                self.task,
+                problem,
+                prefix.tolist(),
+                mask.tolist(),
+                n,
+                generate,
+                self.tokenizer,
+                max_new_tokens_per_turn=self.max_new_tokens,
+                max_context_tokens=positions,
+            )
             rewards.append(r.rewards)
             correct.append(r.correct)
             generated += int(r.loss_mask.sum()) - n * int(mask.sum())

@@ -289,8 +289,10 @@ class HPRLVRCredit(TaskTexts, CreditAssigner):
                     text = self.hindsight_text(
                         rollout.problems[int(rollout.group[i])].prompt,
                         scorer.tokenizer.decode(future, skip_special_tokens=True),
-                        verdict, feedback, texts,
-                    )  # fmt: skip
+                        verdict,
+                        feedback,
+                        texts,
+                    )
                     contexts.append(scorer.encode(scorer.render(text)))
                 rows.append(i)
                 spans.append((start, end))

@@ -172,9 +172,14 @@ class HSDCredit(TaskTexts, SelfConditionedCredit):
             teacher: Tensor | TopK = both[..., 1:]
         else:  # sparse: JSD [N, T] and the teacher's top-k [N, T, k]
             jsd, teacher = self.teacher_scores(
-                scorer, rollout, rows, templates, refs,
-                lambda t, s: generalized_jsd(t, s, self.beta), teacher_top_k=self.teacher_top_k,
-            )  # fmt: skip
+                scorer,
+                rollout,
+                rows,
+                templates,
+                refs,
+                lambda t, s: generalized_jsd(t, s, self.beta),
+                teacher_top_k=self.teacher_top_k,
+            )
         token_loss = teacher_token_loss(rollout, rows, teacher, self._distill_term) if rows else None
         active = span_mask(rollout, rows, [(0, lengths[i]) for i in rows])  # [N, T] distilled tokens
 

@@ -219,7 +219,7 @@ class TextWorldCooking(Environment):
                 "split": split,
                 "index": index,
                 "walkthrough": meta["walkthrough"],
-            },  # fmt: skip
+            },
         )
 
     def vocabulary_texts(self, split: str = "train", limit: int = 64) -> list[str]:

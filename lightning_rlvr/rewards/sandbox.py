@@ -189,10 +189,17 @@ _PYTHON_CACHE: dict[tuple, str] = {}
 
 def _interpreter(limits: SandboxLimits, uid: int | None) -> str:
     """An interpreter the sandbox uid can run (probed once per candidate list and uid)."""
-    candidates = [limits.python] if limits.python else [
-        sys.executable, os.path.realpath(sys.executable), getattr(sys, "_base_executable", ""),
-        shutil.which("python3") or "", "/usr/bin/python3",
-    ]  # fmt: skip
+    candidates = (
+        [limits.python]
+        if limits.python
+        else [
+            sys.executable,
+            os.path.realpath(sys.executable),
+            getattr(sys, "_base_executable", ""),
+            shutil.which("python3") or "",
+            "/usr/bin/python3",
+        ]
+    )
     candidates = [c for c in dict.fromkeys(candidates) if c]
     if uid is None:
         return candidates[0]
@@ -201,9 +208,15 @@ def _interpreter(limits: SandboxLimits, uid: int | None) -> str:
         for cand in candidates:
             try:
                 probe = subprocess.run(
-                    [cand, "-I", "-c", "pass"], user=uid, group=uid, extra_groups=[], env={},
-                    cwd="/", capture_output=True, timeout=30,
-                )  # fmt: skip
+                    [cand, "-I", "-c", "pass"],
+                    user=uid,
+                    group=uid,
+                    extra_groups=[],
+                    env={},
+                    cwd="/",
+                    capture_output=True,
+                    timeout=30,
+                )
             except (OSError, subprocess.SubprocessError):
                 continue
             if probe.returncode == 0:
@@ -216,9 +229,24 @@ def _interpreter(limits: SandboxLimits, uid: int | None) -> str:
 
 # file systems whose trees are never walked (and that may stay writable in the remount fallback)
 _PSEUDO_FS = [
-    "proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "pstore", "bpf",
-    "configfs", "fusectl", "binfmt_misc", "autofs", "devpts", "efivarfs", "hugetlbfs", "nsfs",
-]  # fmt: skip
+    "proc",
+    "sysfs",
+    "cgroup",
+    "cgroup2",
+    "debugfs",
+    "tracefs",
+    "securityfs",
+    "pstore",
+    "bpf",
+    "configfs",
+    "fusectl",
+    "binfmt_misc",
+    "autofs",
+    "devpts",
+    "efivarfs",
+    "hugetlbfs",
+    "nsfs",
+]
 _SHARED: tuple[list[str], list[str]] | None = None
 
 
@@ -306,9 +334,15 @@ def _run(payload: dict, limits: SandboxLimits) -> SandboxResult:
         }
         harness = _DIES_WITH.format(os.getpid()) + _HARNESS  # PR_SET_PDEATHSIG: dies with us, init with it
         proc = subprocess.Popen(
-            [python, "-I", "-c", harness], cwd="/", env={}, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-        )  # fmt: skip
+            [python, "-I", "-c", harness],
+            cwd="/",
+            env={},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
         try:
             # the config, then (read by the harness only after it forked the worker) the tests
             tests = json.dumps(config.pop("tests")).encode()
@@ -335,13 +369,21 @@ def _run(payload: dict, limits: SandboxLimits) -> SandboxResult:
                 "user.max_user_namespaces > 0); set sandbox.unsafe: true to run untrusted code without "
                 "isolation"
             )
-        return SandboxResult(res["status"], res["returncode"], res["stdout"], res["stderr"], seconds,
-                             res["isolation"], res["error"])  # fmt: skip
+        return SandboxResult(
+            res["status"],
+            res["returncode"],
+            res["stdout"],
+            res["stderr"],
+            seconds,
+            res["isolation"],
+            res["error"],
+        )
     except RLVRError:
         raise
     except Exception as err:  # noqa: BLE001 - a sandbox that cannot start scores 0, it does not crash training
-        return SandboxResult("error", None, "", f"sandbox error: {type(err).__name__}: {err}",
-                             time.perf_counter() - start)  # fmt: skip
+        return SandboxResult(
+            "error", None, "", f"sandbox error: {type(err).__name__}: {err}", time.perf_counter() - start
+        )
     finally:
         if uid is not None:
             _UIDS.release(uid)
@@ -353,8 +395,10 @@ def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxResult:
     Never raises for anything the code does (an :class:`RLVRError` only when the machine cannot
     isolate code and ``unsafe`` is off). Not a verifier: the exit status is the code's to choose.
     """
-    return _run({"mode": "script", "code": code, "tests": "", "prefix": "", "entry_point": None},
-                limits or SandboxLimits())  # fmt: skip
+    return _run(
+        {"mode": "script", "code": code, "tests": "", "prefix": "", "entry_point": None},
+        limits or SandboxLimits(),
+    )
 
 
 def run_tests(

@@ -227,9 +227,13 @@ def forward(model, rollout: Rollout, mb: MicroBatch, hidden: bool = False) -> tu
     if mb.width and keeps_logits(model):  # the head only where a logit is used; the last token predicts none
         pos = position_ids(attn)[:, :-1]
         out = model(
-            input_ids=ids[:, :-1], attention_mask=attn[:, :-1], position_ids=pos,
-            output_hidden_states=hidden, use_cache=False, logits_to_keep=mb.width,
-        )  # fmt: skip
+            input_ids=ids[:, :-1],
+            attention_mask=attn[:, :-1],
+            position_ids=pos,
+            output_hidden_states=hidden,
+            use_cache=False,
+            logits_to_keep=mb.width,
+        )
         return out.logits, (out.hidden_states[-1][:, -mb.width :] if hidden else None)
     out = causal_lm_forward(model, ids, attn, hidden=hidden)
     cols = slice(mb.prompt - 1, mb.prompt - 1 + mb.width)  # the logit at column j predicts token j + 1
@@ -252,9 +256,14 @@ def _shared_forward(model, rollout: Rollout, mb: MicroBatch, hidden: bool) -> tu
     c_mask = rollout.completion_mask[mb.rows, : mb.width - 1]  # [m, T_m - 1]
     attn = torch.cat([p_mask[mb.owner], c_mask], 1)  # [m, p_m + T_m - 1]
     rest = continue_prefixes(
-        model, cache, mb.owner, rollout.completion_ids[mb.rows, : mb.width - 1], attn,
-        position_ids(attn)[:, mb.prompt :], output_hidden_states=hidden,
-    )  # fmt: skip
+        model,
+        cache,
+        mb.owner,
+        rollout.completion_ids[mb.rows, : mb.width - 1],
+        attn,
+        position_ids(attn)[:, mb.prompt :],
+        output_hidden_states=hidden,
+    )
     logits = torch.cat([logits, rest.logits], 1)  # [m, T_m, V]
     return logits, (torch.cat([states, rest.hidden_states[-1]], 1) if hidden else None)
 

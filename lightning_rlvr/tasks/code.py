@@ -128,8 +128,13 @@ class SandboxedCodeTask(Task):
     def check(self, completion: str, problem: Problem) -> Verdict:
         meta = problem.meta
         entry = meta.get("entry_point")
-        result = run_tests(self.program(completion, problem), problem.answer, self.sandbox, entry,
-                           meta.get("prefix", "") if entry else "")  # fmt: skip
+        result = run_tests(
+            self.program(completion, problem),
+            problem.answer,
+            self.sandbox,
+            entry,
+            meta.get("prefix", "") if entry else "",
+        )
         return Verdict(float(result.passed), result.summary())
 
     def check_batch(self, completions: list[str], problems: list[Problem]) -> list[tuple[Verdict, bool]]:
@@ -177,9 +182,15 @@ class CodeTask(SandboxedCodeTask, JsonlTask):
         workers: int | None = None,
     ) -> None:
         JsonlTask.__init__(
-            self, train_file, test_file, val_file, question_field=prompt_field, answer_field=tests_field,
-            solution_field=solution_field, template=template.replace("{prompt}", "{question}"),
-        )  # fmt: skip
+            self,
+            train_file,
+            test_file,
+            val_file,
+            question_field=prompt_field,
+            answer_field=tests_field,
+            solution_field=solution_field,
+            template=template.replace("{prompt}", "{question}"),
+        )
         SandboxedCodeTask.__init__(self, sandbox, workers)
         self.entry_point_field = entry_point_field
         self.prompt_is_code = prompt_is_code

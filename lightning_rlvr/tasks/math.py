@@ -46,9 +46,15 @@ class MathTask(JsonlTask):
         answers: AnswerParser | None = None,
     ) -> None:
         super().__init__(
-            train_file, test_file, val_file, question_field, answer_field, solution_field, template,
+            train_file,
+            test_file,
+            val_file,
+            question_field,
+            answer_field,
+            solution_field,
+            template,
             answers or MATH_ANSWERS,
-        )  # fmt: skip
+        )
         final = lambda field, cell: reference_answer(cell) if field == answer_field else cell
         for split in SPLITS:
             check_rows(self.files[split], self._rows[split], [answer_field], value=final)

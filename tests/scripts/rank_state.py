@@ -48,9 +48,14 @@ def module() -> RLVRModule:
         fail_text="0",
     )
     return PoisonedOnRankOne(
-        task=AdditionTask(digits=1), policy=policy(), credit=credit, group_size=1, max_new_tokens=12,
-        lr=1e-2, validate_at_start=False,
-    )  # fmt: skip
+        task=AdditionTask(digits=1),
+        policy=policy(),
+        credit=credit,
+        group_size=1,
+        max_new_tokens=12,
+        lr=1e-2,
+        validate_at_start=False,
+    )
 
 
 def trainer(batches: int) -> Trainer:
@@ -59,10 +64,17 @@ def trainer(batches: int) -> Trainer:
         data_parallel_size=2, tensor_parallel_size=1, save_distributed_checkpoint=False
     )
     return Trainer(
-        accelerator="cpu", devices=2, strategy=fsdp, max_epochs=1, limit_train_batches=batches,
-        limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        accelerator="cpu",
+        devices=2,
+        strategy=fsdp,
+        max_epochs=1,
+        limit_train_batches=batches,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
         enable_model_summary=False,
-    )  # fmt: skip
+    )
 
 
 def full_state(model) -> dict:

@@ -58,15 +58,27 @@ def main() -> None:
         module_file.Scorer = UncachedScorer
     policy = TinyPolicy(layers=1, hidden=32, heads=2, intermediate=64, max_positions=64)
     model = SplitVerdicts(
-        task=AdditionTask(digits=1), policy=policy, credit=HSDCredit(answer_template="{prompt}{answer}"),
-        group_size=4, max_new_tokens=12, micro_batch_size=2, validate_at_start=False,
-    )  # fmt: skip
+        task=AdditionTask(digits=1),
+        policy=policy,
+        credit=HSDCredit(answer_template="{prompt}{answer}"),
+        group_size=4,
+        max_new_tokens=12,
+        micro_batch_size=2,
+        validate_at_start=False,
+    )
     fsdp = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1, timeout=timedelta(seconds=60))
     trainer = Trainer(
-        accelerator="cpu", devices=2, strategy=fsdp, max_epochs=1, limit_train_batches=2,
-        limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        accelerator="cpu",
+        devices=2,
+        strategy=fsdp,
+        max_epochs=1,
+        limit_train_batches=2,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
         enable_model_summary=False,
-    )  # fmt: skip
+    )
     trainer.fit(model, RLVRDataModule(batch_size=2, val_size=0, test_size=4))
     distilled = model.seen["frac_distilled_rows"]
     assert distilled == (1.0 if rank() == 0 else 0.0), (rank(), model.seen)

@@ -1,1 +1,1 @@
-"""credit_lab."""
+"""The credit lab: where each method puts its credit, against a Monte-Carlo oracle and first errors."""

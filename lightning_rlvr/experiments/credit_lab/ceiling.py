@@ -156,8 +156,18 @@ def write_curve(out: Path, rows: list[dict], note: str) -> str:
     for r in rows:
         s: Summary = r["reliability"]
         top = math.sqrt(s.mean) if s.mean is not None and s.mean > 0 else None
-        w.writerow([r["M"], _f(s.mean, 4), _f(s.low, 4), _f(s.high, 4), _f(top, 4),
-                    _f(r.get("predicted"), 4), s.n, s.n_total])  # fmt: skip
+        w.writerow(
+            [
+                r["M"],
+                _f(s.mean, 4),
+                _f(s.low, 4),
+                _f(s.high, 4),
+                _f(top, 4),
+                _f(r.get("predicted"), 4),
+                s.n,
+                s.n_total,
+            ]
+        )
     write_text(out / "oracle_ceiling.csv", buf.getvalue())
     table = curve_markdown(rows, note)
     write_text(out / "oracle_ceiling.md", table)
@@ -178,10 +188,20 @@ def _curve_png(rows: list[dict], note: str) -> bytes:
         means = [r["reliability"].mean for r in ok]
         lo = [r["reliability"].mean - (r["reliability"].low or r["reliability"].mean) for r in ok]
         hi = [(r["reliability"].high or r["reliability"].mean) - r["reliability"].mean for r in ok]
-        ax.errorbar([r["M"] for r in ok], means, yerr=[lo, hi], marker="o", capsize=3,
-                    label="reliability: two independent M-sample oracles")  # fmt: skip
-        ax.plot([r["M"] for r in ok], [math.sqrt(max(x, 0.0)) for x in means], marker="s",
-                label="ceiling = sqrt(reliability)")  # fmt: skip
+        ax.errorbar(
+            [r["M"] for r in ok],
+            means,
+            yerr=[lo, hi],
+            marker="o",
+            capsize=3,
+            label="reliability: two independent M-sample oracles",
+        )
+        ax.plot(
+            [r["M"] for r in ok],
+            [math.sqrt(max(x, 0.0)) for x in means],
+            marker="s",
+            label="ceiling = sqrt(reliability)",
+        )
         pred = [r.get("predicted") for r in ok]
         if all(p is not None for p in pred):
             ax.plot(

@@ -326,8 +326,15 @@ def run(args: argparse.Namespace) -> dict:
     clear_totals(out)
     print(table)
     log.info("wrote %s/credit_eval.{csv,md,png} in %s", out, settings["wall time"])
-    return {"rows": rows, "claims": claim_rows, "settings": settings, "reference": reference,
-            "ceiling": top, "curve": curve_rows, "out": out}  # fmt: skip
+    return {
+        "rows": rows,
+        "claims": claim_rows,
+        "settings": settings,
+        "reference": reference,
+        "ceiling": top,
+        "curve": curve_rows,
+        "out": out,
+    }
 
 
 def _triple(x) -> str:

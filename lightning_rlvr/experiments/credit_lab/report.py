@@ -40,8 +40,15 @@ def write_csv(path: Path, rows: list[dict]) -> None:
         notes = []
         for key in KEYS:  # a row without a column (an older caller's) leaves its cells empty
             s: Summary = row.get(key) or EMPTY
-            out.update({f"{key}_mean": _fmt(s.mean), f"{key}_low": _fmt(s.low), f"{key}_high": _fmt(s.high),
-                        f"{key}_n": s.n, f"{key}_total": s.n_total})  # fmt: skip
+            out.update(
+                {
+                    f"{key}_mean": _fmt(s.mean),
+                    f"{key}_low": _fmt(s.low),
+                    f"{key}_high": _fmt(s.high),
+                    f"{key}_n": s.n,
+                    f"{key}_total": s.n_total,
+                }
+            )
         if (row.get("ranked") or EMPTY).mean == 0:
             notes.append("constant credit in every rollout (Spearman counted 0)")
         out["tokens_per_group"] = f"{row['tokens_per_group']:.1f}"

@@ -176,8 +176,10 @@ def main(argv: list[str] | None = None, runner: CommandRunner = subprocess_runne
         log.warning(
             "%d archived runs in %s are no run of the sweep file now (a grid value or file renamed?); the "
             "report leaves them out, the archive keeps them: %s",
-            len(orphans), sweep.report_dir / "runs", ", ".join(orphans[:10]) + (" ..." * (len(orphans) > 10)),
-        )  # fmt: skip
+            len(orphans),
+            sweep.report_dir / "runs",
+            ", ".join(orphans[:10]) + (" ..." * (len(orphans) > 10)),
+        )
     if args.dry_run:  # what a real invocation would run now: finished runs are left out
         env, todo = run_env(sweep, jobs), pending(sweep, runs)
         if len(todo) < len(runs):
