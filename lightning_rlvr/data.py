@@ -23,6 +23,7 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from .core.errors import RLVRError
+from .core.per_prompt import placed
 from .core.problem import Problem
 from .tasks.base import Task
 
@@ -78,7 +79,7 @@ class SplitDataset(Dataset):
         return self.n
 
     def __getitem__(self, i: int) -> Problem:
-        return self.task.problem(self.split, i)
+        return placed(self.task.problem(self.split, i), self.split, i)  # its per-prompt id names its place
 
 
 class RLVRDataModule(LightningDataModule):

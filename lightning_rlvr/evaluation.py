@@ -8,16 +8,21 @@ is the number of successes, for a binomial interval. Sampling runs under a forke
 ``eval_seed`` and the batch index, so evaluation never shifts the training stream and is the same
 at every validation. A fresh fit also logs ``val/pass@1`` at step 0: the baseline RL starts from.
 ``eval_greedy`` decodes greedily instead; ``log_samples`` writes an evaluation's first rows to
-``samples/<stage>.jsonl``. Progress: the baseline before RL, validation and test show a bar on a
-terminal and write plain lines (``core/progress.py``) when output goes to a file.
+``samples/<stage>.jsonl``. Every evaluation also writes its per-prompt results (prompt id, sample, reward,
+verdict; ``core/per_prompt.py``) to ``per_prompt/val_step<k>.csv.gz`` or ``per_prompt/test.csv.gz`` in
+the run's log folder, the completions of its first ``log_samples`` rows included. Progress: the baseline
+before RL, validation and test show a bar on a terminal and write plain lines (``core/progress.py``) when
+output goes to a file.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import torch
 
+from .core.per_prompt import FOLDER, file_name, rollout_rows, write_results
 from .core.problem import Problem
 from .core.progress import Progress, is_tty
 from .metrics import MajorityAtK, PassAtK, SampleCount
@@ -46,12 +51,14 @@ class Evaluation:
         metric = PassAtK(1).to(self.device)
         loader = self.trainer.datamodule.val_dataloader()
         total = len(loader) if hasattr(loader, "__len__") else None
+        self._per_prompt = []
         with Progress(total, "val before RL", unit="batches", enabled=self.global_rank == 0) as progress:
             for i, batch in enumerate(loader):
                 self._evaluate(batch, i, {"1": metric}, stage=None)
                 progress.update()
             value = float(metric.compute())
             progress.set_postfix(**{"pass@1": f"{value:.3f}"})
+        self._write_per_prompt("val_step0")
         log.info("val/pass@1 before RL: %.4f", value)
         if self.logger is not None:
             self.logger.log_metrics({"val/pass@1": value}, step=0)
@@ -81,6 +88,8 @@ class Evaluation:
             torch.manual_seed(self.eval_seed + batch_idx)
             rollout = self.rollout(batch, self.eval_samples, greedy=self.eval_greedy)  # verified
         correct = rollout.correct.view(len(batch), self.eval_samples)  # [B, n] bool
+        if getattr(self, "_per_prompt", None) is not None:  # per-prompt results, written at the end
+            self._per_prompt += rollout_rows(rollout, max(0, self.log_samples - len(self._per_prompt)))
         if stage is not None:
             self._write_eval_samples(stage, batch_idx, rollout)
         for k, metric in metrics.items():
@@ -109,6 +118,14 @@ class Evaluation:
     def test_step(self, batch: list[Problem], batch_idx: int) -> None:
         self._evaluate(batch, batch_idx, dict(self.test_pass.items()), "test", self.test_maj)
 
+    def _write_per_prompt(self, name: str) -> None:
+        """This rank's per-prompt rows of the evaluation just ended to ``per_prompt/<name>.csv.gz``."""
+        rows, self._per_prompt = getattr(self, "_per_prompt", None), None
+        if rows is None or self.trainer.sanity_checking:
+            return
+        folder = Path(self.trainer.log_dir or self.trainer.default_root_dir) / FOLDER
+        write_results(folder / file_name(name, self.global_rank), rows, completions=self.log_samples > 0)
+
     # -- progress of validation and test when output goes to a file (a terminal has Lightning's bar)
     def _progress_start(self, stage: str) -> None:
         self._eval_progress = None
@@ -129,9 +146,11 @@ class Evaluation:
 
     def on_validation_epoch_start(self) -> None:
         self._progress_start("val")
+        self._per_prompt = []
 
     def on_test_epoch_start(self) -> None:
         self._progress_start("test")
+        self._per_prompt = []
 
     def on_validation_batch_end(self, outputs, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
         if getattr(self, "_eval_progress", None) is not None:
@@ -141,6 +160,8 @@ class Evaluation:
 
     def on_validation_epoch_end(self) -> None:
         self._progress_end(self.val_pass)
+        self._write_per_prompt(f"val_step{self.rl_step}")
 
     def on_test_epoch_end(self) -> None:
         self._progress_end(self.test_pass["1"])
+        self._write_per_prompt("test")
