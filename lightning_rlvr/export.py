@@ -19,6 +19,13 @@ tokenizer with one keeps it (the run rendered its prompts through it); one witho
 tokenizer) gets a template that wraps the user message as training did (``Task.prompt_template`` and
 the module's prompt format: the addition task's ``Q 3+4=`` is ``apply_chat_template`` of ``3+4=``).
 DIR is written atomically (a temporary sibling renamed into place) with the usual file modes.
+
+Every transformers the project supports (``>= 4.46``) reads DIR as the same model (``legacy_keys``):
+``save_pretrained`` of transformers 5 writes ``rope_parameters`` and ``dtype`` where earlier versions read
+``rope_theta`` / ``rope_scaling`` and ``torch_dtype`` (a 4.x reader would silently use its default rope
+base), names the tokenizer ``TokenizersBackend`` (unknown before 5) and keeps the chat template in
+``chat_template.jinja`` (read since 4.50). Both spellings are written; a ``rope_parameters`` of a form
+older versions cannot express is refused with one line.
 A LoRA checkpoint without its frozen base (``checkpoint_state.py``) is completed from ``model.policy``,
 which loads the same base again (a GGUF's cached float copy, or the hub directory).
 """
@@ -75,8 +82,58 @@ def export(ckpt_path: str, out: str, lora: str = "merge") -> Path:
             model = model.merge_and_unload()
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        for folder in (tmp, tmp / ADAPTER_DIR):
+            legacy_keys(folder)
         usual_modes(tmp)
     return out_dir / ADAPTER_DIR if is_peft and lora == "adapter" else out_dir
+
+
+def legacy_keys(folder: Path) -> None:
+    """Add to ``folder``'s config and tokenizer files the spellings transformers 4.46-4.57 read."""
+    config_file, tokenizer_file = folder / "config.json", folder / "tokenizer_config.json"
+    if config_file.is_file():
+        config = json.loads(config_file.read_text())
+        if config.get("dtype") is not None:
+            config.setdefault("torch_dtype", config["dtype"])
+        if isinstance(config.get("rope_parameters"), dict):
+            config.update(
+                {k: v for k, v in legacy_rope(config["rope_parameters"]).items() if k not in config}
+            )
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    if tokenizer_file.is_file():
+        tok = json.loads(tokenizer_file.read_text())
+        if (folder / "tokenizer.json").is_file():  # tokenizer.json alone, read alike by every version
+            tok["tokenizer_class"] = "PreTrainedTokenizerFast"
+        template = folder / "chat_template.jinja"
+        if template.is_file():
+            tok.setdefault("chat_template", template.read_text())
+        if isinstance(tok.get("extra_special_tokens"), list):  # 4.48-4.57 read a dict there
+            extra = tok.pop("extra_special_tokens")
+            tok["additional_special_tokens"] = list(
+                dict.fromkeys(tok.get("additional_special_tokens", []) + extra)
+            )
+        tokenizer_file.write_text(json.dumps(tok, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def legacy_rope(rope: dict) -> dict:
+    """``rope_parameters`` as the top-level keys transformers 4.x reads (``rope_theta``, ``rope_scaling``,
+    and Gemma 3's ``rope_local_base_freq`` for its per-layer-type form)."""
+    out = {}
+    if "rope_theta" not in rope and {"full_attention", "sliding_attention"} >= set(rope) and rope:
+        if "sliding_attention" in rope:
+            out["rope_local_base_freq"] = rope["sliding_attention"]["rope_theta"]
+        rope = rope.get("full_attention", rope.get("sliding_attention"))
+    if not isinstance(rope, dict) or "rope_theta" not in rope:
+        raise RLVRError(
+            f"export: config.json's rope_parameters {rope} has no form transformers 4.x reads; export with a "
+            "transformers of the version that will load it, or write rope_theta/rope_scaling by hand"
+        )
+    out["rope_theta"] = rope["rope_theta"]
+    if "partial_rotary_factor" in rope:
+        out["partial_rotary_factor"] = rope["partial_rotary_factor"]
+    scaling = {k: v for k, v in rope.items() if k not in ("rope_theta", "partial_rotary_factor")}
+    out["rope_scaling"] = scaling if scaling.get("rope_type", "default") != "default" else None
+    return out
 
 
 def baked_chat_template(module) -> str | None:
