@@ -2,8 +2,9 @@
 
 A run directory under ``out`` (ignored by git) holds checkpoints and logs, tens of MB a run.
 What the report reads is much smaller: the run's ``spec.json``, its ``fit.done`` and ``DONE``
-markers, ``test_metrics.json``, the fit's ``metrics.csv`` files and, once the credit lab has scored
-the final checkpoint, ``credit_eval.csv``. ``archive_run`` copies exactly those into
+markers, ``test_metrics.json``, the fit's ``metrics.csv`` files, every evaluation's per-prompt results
+(``logs/*/per_prompt/*.csv.gz``: the report's prompt-level section reads them) and, once the credit lab
+has scored the final checkpoint, ``credit_eval.csv``. ``archive_run`` copies exactly those into
 ``<report_dir>/runs/<run_id>/`` once a run is done, and again whenever the report is written (so a
 later ``credit_eval.csv`` is kept too); committed with the report, they let
 a sweep interrupted by the end of a session continue on a fresh clone: ``restore_runs`` copies an
@@ -21,6 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ...core.files import atomic_dir, write_bytes
+from ...core.per_prompt import FOLDER, SUFFIX
 from ...core.process import LOCK_NAME, is_locked
 from .spec import (
     CREDIT_EVAL,
@@ -45,10 +47,11 @@ def archive_dir(sweep: Sweep, run: Run) -> Path:
 
 
 def _kept_files(directory: Path) -> list[Path]:
-    """The files of a run directory the report reads (and the credit lab's readable table), relative to it
-    (``DONE`` last)."""
+    """The files of a run directory the report reads (and the credit lab's readable table, and the
+    per-prompt results), relative to it (``DONE`` last)."""
     files = [Path(name) for name in MARKERS if (directory / name).is_file()]
     files += sorted(p.relative_to(directory) for p in (directory / "logs" / "fit").rglob("metrics.csv"))
+    files += sorted(p.relative_to(directory) for p in (directory / "logs").glob(f"*/{FOLDER}/*{SUFFIX}"))
     return files + ([Path(DONE)] if (directory / DONE).is_file() else [])
 
 

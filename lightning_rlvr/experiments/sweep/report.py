@@ -42,6 +42,7 @@ from ..stats import paired_comparison, t_interval, t_quantile, time_to_reach, wi
 from .choice import choice_text
 from .claims import capped_note, claims_section, comparison_cells, display, is_duration, no_spread
 from .curves import SMOOTH, plot_curves, write_curves_csv
+from .prompts import prompt_section
 from .rows import (
     START,
     SUMMARY,
@@ -387,6 +388,9 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
         seeds = per_seed_table(axes, rows, settings)
         if seeds:
             text += ["## Seed by seed against the baseline\n", seeds]
+        prompts = prompt_section(axes, rows, sweep.out, settings)  # per-prompt test files (prompts.py)
+        if prompts:
+            text += ["## Prompt by prompt: evaluation and training noise\n", prompts]
         if settings.claims:
             entries = compare_to_baseline(axes, rows + included, settings)
             text.append(claims_section(settings.claims, entries, settings.level, settings.power))
