@@ -30,11 +30,12 @@ from __future__ import annotations
 import re
 import threading
 
-from .answers import NUMBER_PATTERN, AnswerParser, last_boxed
+from .answers import GROUP_SEPARATOR, NUMBER_PATTERN, AnswerParser, last_boxed
 
 _TIMEOUT_S = 5
 _NUMBER = re.compile(rf"(?<![\d.])(?:{NUMBER_PATTERN})")
-_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
+_THOUSANDS = re.compile(rf"(?<![\d.,])\d{{1,3}}(?:{GROUP_SEPARATOR}\d{{3}})+(?!\d|,\d)")
+_SEPARATOR = re.compile(GROUP_SEPARATOR)
 # A list of numbers, optionally bracketed: ``3, 5``, ``(1, -2)``, ``[0, 1]``.
 _LIST = re.compile(
     rf"(?:[(\[{{]\s*|(?<![\d.,]))-?(?:{NUMBER_PATTERN})(?:\s*,\s*-?(?:{NUMBER_PATTERN}))+(?:\s*[)\]}}])?"
@@ -45,6 +46,7 @@ _MATH_WORDS = frozenset(
     "sqrt pi sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh log ln exp lg infty inf "
     "max min gcd lcm mod det deg".split()
 )
+_UNITS = re.compile(r"(?:\s+(?:\\text\s*\{[^{}]*\}|[a-zA-Z]{2,})\.?)+\s*$")  # trailing words: units
 _TEXT_MACRO = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
 
 
@@ -58,8 +60,10 @@ def _clean(text: str) -> str:
 
 
 def drop_thousands_separators(text: str) -> str:
-    """``1,234,567`` -> ``1234567``; commas between other numbers (``1, 5``, ``1,5``, ``1,0000``) are kept."""
-    return _THOUSANDS.sub(lambda m: m.group().replace(",", ""), text)
+    """``1,234,567`` / ``1 234 567`` -> ``1234567``, and the unicode minus as ``-`` (numbers as math-verify
+    reads them, ``answers.GROUP_SEPARATOR``); commas between other numbers (``1, 5``, ``1,5``, ``1,0000``)
+    are kept."""
+    return _THOUSANDS.sub(lambda m: _SEPARATOR.sub("", m.group()), text.replace("\u2212", "-"))
 
 
 def reference_answer(text: str) -> str:
@@ -93,8 +97,12 @@ def _parse(text: str) -> list:
     """``math-verify``'s reading of one answer, or [] to compare it as a string (see the module)."""
     from math_verify import parse
 
+    text = drop_thousands_separators(text)
     n_numbers = len(_NUMBER.findall(text))
     words = [w for w in _WORD.findall(text) if w.lower() not in _MATH_WORDS]
+    bare = _UNITS.sub("", text)
+    if words and n_numbers > 1 and not [w for w in _WORD.findall(bare) if w.lower() not in _MATH_WORDS]:
+        text, words = bare, []  # ``3/4 cup``: math followed by its units is the math
     if words and n_numbers == 0:
         return []  # text: the LaTeX parser would read the letters as a product of variables
     if words and n_numbers == 1:
@@ -143,7 +151,7 @@ def math_reward(completion: str, reference: str, parser: AnswerParser = MATH_ANS
     if got is None:  # no marker: let math-verify pick the answer out of the free text
         from math_verify import parse, verify
 
-        pred = parse(completion, parsing_timeout=_timeout())
+        pred = parse(drop_thousands_separators(completion), parsing_timeout=_timeout())
         if not pred:
             return 0.0, "no answer found"
         ok = bool(verify(_parse(gold), pred, timeout_seconds=_timeout()))
