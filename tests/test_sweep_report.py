@@ -308,13 +308,13 @@ def test_report_has_the_comparison_time_to_target_and_credit_columns(tmp_path, m
     md = (tmp_path / "report" / "results.md").read_text()
     assert "## Against the baseline (method = grpo)" in md
     assert "| shear | test/pass@1 | 3 | +30.0 [+30.0, +30.0] |" in md  # test = 0.1 i: shear - grpo = 0.3
-    assert "train s to val pass@1 >= 0.55 (seeds)" in md and "credit spearman" in md
+    assert "loaded s to val pass@1 >= 0.55 (seeds)" in md and "credit spearman" in md
     with open(tmp_path / "report" / "results.csv") as f:
         rows = list(csv.DictReader(f))
     # run i reaches 0.5 + 0.05 i at its second validation (step 2, no step times logged: 0 s)
     assert [r["time_to_target_s"] for r in rows] == ["", "0.0", "0.0", "0.0", "0.0", "0.0"]
     assert [r["steps_to_target"] for r in rows] == ["", "3", "3", "3", "3", "3"]  # after the 3 rewards
     assert [r["steps_at_last_val"] for r in rows] == ["3"] * 6
-    assert "steps to val pass@1 >= 0.55 (seeds)" in md
+    assert "RL steps to val pass@1 >= 0.55 (seeds)" in md
     assert [r["credit_eval/spearman"] for r in rows] == ["", "", "", "", "0.3", ""]
     assert [r["credit_eval/sign"] for r in rows] == ["", "", "", "", "0.6", ""]

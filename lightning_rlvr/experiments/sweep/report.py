@@ -21,11 +21,13 @@ interval excludes 0 reads "better" or "worse"; any other reads "no difference >
 MDD", which is what the design could have detected, not a claim of equality.
 Accuracies are shown in points (100 x the fraction).
 
-Time to reach ``report.target_accuracy``: the training seconds (the logged
-``time/*_s`` of every RL step, so validation, checkpointing and start-up, which
-every method pays alike, are left out) summed up to the first validation whose
-pass@1 reaches the target; and the RL steps to it, which, unlike seconds, do not
-depend on what else the machine ran. Credit-lab metrics: a run directory with a
+Time to reach ``report.target_accuracy``: the RL steps to the first validation
+whose pass@1 reaches the target, which do not depend on what else the machine
+ran; those steps x the cell's per-step cost measured on an idle machine
+(``report.step_cost_s``, an idle pilot's), "idle s"; and, labelled "loaded s",
+the training seconds (the logged ``time/*_s`` of every RL step, so validation,
+checkpointing and start-up are left out) summed up to it under whatever load
+the sweep ran with. Credit-lab metrics: a run directory with a
 ``credit_eval.csv`` (written by ``lightning-rlvr-credit-eval`` on the final
 checkpoint) adds its ``CREDIT_COLUMNS`` to the run's row; without one the
 columns are omitted.
@@ -48,6 +50,7 @@ from .rows import (
     SUMMARY,
     TIME_TO_TARGET,
     TO_TARGET,
+    TO_TARGET_TITLES,
     cell_label,
     compute_line,
     display_names,
@@ -95,14 +98,15 @@ def _fmt(stats: tuple[float, float, float], decimals: int) -> str:
 
 def markdown_table(axes: list[str], rows: list[dict], target: float | None = None) -> str:
     """The results table: one row per cell, mean [95% t-interval] over its seeds; with ``target``, last
-    columns of the training seconds and the RL steps to reach val pass@1 >= target (over the seeds that
-    reached it; a steps column only where the rows have one)."""
+    columns of the RL steps, the idle seconds (steps x ``report.step_cost_s``) and the loaded training
+    seconds to reach val pass@1 >= target (over the seeds that reached it; a column only where the rows
+    have one)."""
     metrics = _metric_columns(rows)
     header = [*axes, "seeds", *(title for _, title, _ in metrics)]
     to = [] if target is None else [m for m in TO_TARGET if any(m in r for r in rows)]
     columns = [to_target_column(axes, rows, m) for m in to]
     for m in to:
-        header.append(f"{'train s' if m == TIME_TO_TARGET else 'steps'} to val pass@1 >= {target:g} (seeds)")
+        header.append(f"{TO_TARGET_TITLES[m]} to val pass@1 >= {target:g} (seeds)")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     names = display_names(axes, rows)
     for i, entry in enumerate(summarize(axes, rows)):
@@ -121,6 +125,9 @@ def to_target_column(axes: list[str], rows: list[dict], metric: str = TIME_TO_TA
         cells.setdefault(tuple(str(row[a]) for a in axes), []).append(row)
     out = []
     for members in cells.values():
+        if all(r.get(k) in ("", None) for r in members for k in (metric, TO_TARGET[metric])):
+            out.append("-")  # not measured for this cell (no step cost given for it)
+            continue
         reached = [float(r[metric]) for r in members if r.get(metric) not in ("", None)]
         mean, lo, hi = t_interval(reached)  # whole seconds, with the interval when there is one
         interval = "" if math.isnan(lo) else f" [{lo:.0f}, {hi:.0f}]"

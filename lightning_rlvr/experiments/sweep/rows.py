@@ -3,8 +3,9 @@
 Layer: ``experiments`` (reads files only, so a report can be rewritten while a sweep still runs).
 A row has ``run_id``, one column per grid axis, ``seed``, test pass@k from the final checkpoint, val
 pass@1 before RL and at the last validation, the train reward averaged over the last ``TAIL`` steps, the
-training seconds and RL steps to the report's target accuracy (and at the last validation, for a run
-that never reached it), the fit time, and the credit lab's columns when the run has a
+RL steps to the report's target accuracy, those steps x the cell's idle per-step cost (``report.step_cost_s``)
+and the training seconds as measured under the sweep's own load (each also at the last validation, for a
+run that never reached it), the fit time, and the credit lab's columns when the run has a
 ``credit_eval.csv``. A cell (a combination of axis values) is named by ``cell_label``.
 """
 
@@ -25,12 +26,17 @@ STEP_TIME_KEYS = ("time/rollout_s", "time/score_s", "time/credit_s", "time/updat
 REWARD = "train/reward_mean"  # logged once per RL step: its rows count the steps
 # credit_eval.csv metrics (``experiments.credit_lab.evaluate.write_csv`` writes each as ``<name>_mean`` etc.)
 CREDIT_COLUMNS = ("spearman", "localisation", "sign")
-TIME_TO_TARGET = "time_to_target_s"
+TIME_TO_TARGET = "time_to_target_s"  # loaded seconds: what else the machine ran is in them
 TIME_CAP = "train_s_at_last_val"  # a run that never reached the target: its training seconds at its end
 # RL steps to the target: what wall time measures, without the load of whatever else the machine ran
 STEPS_TO_TARGET = "steps_to_target"
 STEPS_CAP = "steps_at_last_val"
-TO_TARGET = {TIME_TO_TARGET: TIME_CAP, STEPS_TO_TARGET: STEPS_CAP}  # each to-target metric: its cap
+# the steps x the cell's per-step cost measured alone on the machine (report.step_cost_s)
+IDLE_TO_TARGET = "idle_time_to_target_s"
+IDLE_CAP = "idle_s_at_last_val"
+# each to-target metric: its cap, in the order the report shows them
+TO_TARGET = {STEPS_TO_TARGET: STEPS_CAP, IDLE_TO_TARGET: IDLE_CAP, TIME_TO_TARGET: TIME_CAP}
+TO_TARGET_TITLES = {STEPS_TO_TARGET: "RL steps", IDLE_TO_TARGET: "idle s", TIME_TO_TARGET: "loaded s"}
 START = "val/pass@1_start"  # val pass@1 before RL: which warm start a run began from
 # (results.csv column, table header, decimals); test/pass@k columns are added as found
 SUMMARY = [
@@ -120,14 +126,24 @@ def run_row(sweep: Sweep, run: Run) -> dict | None:
     target = sweep.report.target_accuracy
     if target is not None:
         curve = training_curve(d)
-        for i, (metric, cap) in enumerate(TO_TARGET.items()):  # seconds to a tenth, whole steps
+        for i, metric in ((1, STEPS_TO_TARGET), (0, TIME_TO_TARGET)):  # whole steps, seconds to a tenth
             reached = time_to_reach([(c[i], c[2]) for c in curve], target)
             row[metric] = "" if math.isnan(reached) else round(reached, 1) if i == 0 else int(reached)
-            row[cap] = round(curve[-1][i], 1) if curve else ""
+            row[TO_TARGET[metric]] = round(curve[-1][i], 1) if curve else ""
+        cost = step_cost(sweep.report.step_cost_s, run)
+        if cost is not None:  # steps x the idle per-step cost, reached or capped
+            for metric, steps in ((IDLE_TO_TARGET, STEPS_TO_TARGET), (IDLE_CAP, STEPS_CAP)):
+                row[metric] = "" if row[steps] == "" else round(float(row[steps]) * cost, 1)
     row.update(read_credit_eval(d, dict(run.cell).get("method")))
     row["fit_s"] = done.get("fit_s", "")
     row["test_s"] = done.get("test_s", "")
     return row
+
+
+def step_cost(costs: dict[str, float], run: Run) -> float | None:
+    """The idle seconds per RL step ``report.step_cost_s`` gives the run's cell: the cost of the first of
+    its axis values that has one (None when none has)."""
+    return next((costs[value] for _, value in run.cell if value in costs), None)
 
 
 def _value_or_cap(row: dict, metric: str) -> tuple[float, bool] | None:

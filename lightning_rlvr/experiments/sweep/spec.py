@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checks import SweepError, check_types, number, read_yaml
+from .checks import SweepError, check_types, number, read_yaml, short
 from .claims import Claim, parse_claims
 
 CONFIG_AXIS = "config"
@@ -44,6 +44,7 @@ SWEEP_KEYS = {"name", "out", "report_dir", "configs", "overrides", "grid", "test
 SWEEP_KEYS |= {"seed_key", "slurm", "axis_overrides", "report"}
 REPORT_KEYS = {"baseline", "compare", "target_accuracy", "level", "power", "choose", "choose_by", "include"}
 REPORT_KEYS |= {"claims"}
+REPORT_KEYS |= {"step_cost_s"}
 
 
 # ---------------------------------------------------------------------------- the sweep file
@@ -70,6 +71,9 @@ class ReportSettings:
             with this sweep's baseline too, paired by seed and warm start: a baseline rerun (a control)
             gives the main sweep's methods a partner. Their rows join the comparison only.
         claims: papers' claims about cells against the baseline, judged in the report (``claims.Claim``).
+        step_cost_s: seconds one RL step takes with the machine otherwise idle (an idle pilot's), by a value
+            of a grid axis (``{grpo: 34.2, hp_rlvr: 41.0}``): time to the target in steps x this cost
+            (``rows.IDLE_TO_TARGET``) beside the seconds measured under whatever load the sweep ran with.
     """
 
     baseline: dict[str, str] = field(default_factory=dict)
@@ -81,6 +85,7 @@ class ReportSettings:
     choose_by: str = "val/pass@1_final"
     include: list[Path] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
+    step_cost_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -295,8 +300,41 @@ def _report_settings(path: Path, raw: Any, grid: dict[str, list], seed_key: str)
     except ValueError as err:
         raise SweepError(f"{path}: report.{err}") from None
     return ReportSettings(
-        baseline, compare, target, level, power, choose, by, [Path(f) for f in include], claims
+        baseline,
+        compare,
+        target,
+        level,
+        power,
+        choose,
+        by,
+        [Path(f) for f in include],
+        claims,
+        step_cost_s=_step_costs(path, raw.get("step_cost_s"), axes),
     )
+
+
+def _step_costs(path: Path, raw: Any, axes: dict[str, tuple[str, list[str]]]) -> dict[str, float]:
+    """``report.step_cost_s`` as {value label: seconds}, each key a value of a grid axis."""
+    values = sorted({label for _, labels in axes.values() for label in labels})
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise SweepError(
+            f"{path}: report.step_cost_s must map a grid value to seconds per step, got {short(raw)}"
+        )
+    out = {}
+    for key, value in raw.items():
+        if str(key) not in values:
+            raise SweepError(
+                f"{path}: report.step_cost_s: {key!r} is not a grid value; the values are {values}"
+            )
+        seconds = number(path, f"step_cost_s.{key}", value)
+        if not 0 < seconds < float("inf"):
+            raise SweepError(
+                f"{path}: report.step_cost_s.{key} must be a positive number of seconds, got {value!r}"
+            )
+        out[str(key)] = seconds
+    return out
 
 
 # ---------------------------------------------------------------------------- grid expansion
