@@ -26,14 +26,20 @@ def test_the_tuning_choice_is_the_best_value_per_method_and_the_first_on_a_tie(t
     choices = choice.choose_values(axes, rows, "model.lr", "val/pass@1_final")
     assert [(c["cell"]["method"], c["chosen"]) for c in choices] == [
         ("grpo", "0.0001"),
-        ("shear", "0.0001"),  # tied with 0.0002: the first listed (the smaller lr) is kept
-        ("hsd", "5e-05"),  # its 1e-4 run has no value
+        ("shear", None),  # 1e-4 tied with 0.0002, the largest tried: not bracketed, so not chosen
+        ("hsd", None),  # its 1e-4 run has no value: its one value is both edges
     ]
+    assert [c["best"] for c in choices] == ["0.0001", "0.0001", "5e-05"]  # a tie goes to the lower value
+    assert [c["extend"] for c in choices] == [[], ["0.0004"], ["a value below 5e-05", "a value above 5e-05"]]
     # grpo's and shear's choices have a tried rate on each side; hsd's only value is its choice
     assert [c["bracketed"] for c in choices] == [True, True, False]
     text = choice.choice_text(axes, rows, "model.lr", "val/pass@1_final")
-    assert "| grpo | 0.0001 | 0.300 | 0.400 | 0.350 |" in text and "| hsd | 5e-05 | 0.250 | - | - |" in text
-    assert "Not bracketed: hsd (the chosen model.lr is the smallest or largest" in text
+    assert "| grpo | 0.0001 | 0.300 | 0.400 | 0.350 |" in text
+    assert "| shear | none: extend the grid to 0.0004 | 0.100 | 0.200 | 0.200 |" in text
+    assert (
+        "Not bracketed: shear, hsd (the best model.lr, or one tied with it, is the smallest or largest"
+        in text
+    )
     # the largest rate tried is at the edge too, compared as numbers (5e-05 < 0.0001), not as text
     top = [r | {"val/pass@1_final": "0.9"} if r["run_id"] == "c" else r for r in rows]
     assert [c["bracketed"] for c in choice.choose_values(axes, top, "model.lr", "val/pass@1_final")][
@@ -42,7 +48,7 @@ def test_the_tuning_choice_is_the_best_value_per_method_and_the_first_on_a_tie(t
     block = text.split("```yaml\n")[1].split("```")[0]
     assert yaml.safe_load(block) == {
         "axis_overrides": {
-            "method": {"grpo": {"model.lr": 1e-4}, "shear": {"model.lr": 1e-4}, "hsd": {"model.lr": 5e-5}}
+            "method": {"grpo": {"model.lr": 1e-4}}  # only bracketed choices are pasted
         }
     }
 

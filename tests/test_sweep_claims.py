@@ -10,6 +10,7 @@ import re
 import pytest
 import yaml
 
+from lightning_rlvr.experiments.pooled import fit_pool
 from lightning_rlvr.experiments.stats import paired_comparison, seeds_needed, t_power
 from lightning_rlvr.experiments.sweep import report as rep
 from lightning_rlvr.experiments.sweep import run as sw
@@ -51,13 +52,13 @@ UP = Claim({"method": "x"}, "test/pass@1", direction=1, effect=0.05)
 
 def test_reproduced_when_the_interval_excludes_zero_on_the_claimed_side():
     # diffs 0.05, 0.06, 0.07: mean 0.06, interval 0.06 +- 4.303 * 0.01 / sqrt 3 = [0.035, 0.085]
-    assert judge(UP, _c([0.05, 0.06, 0.07]), 0.5, POWER, ALPHA) == ("reproduced", 0.05)
+    assert judge(UP, _c([0.05, 0.06, 0.07]), 0.5, POWER, ALPHA) == ("better, as claimed", 0.05)
     # diffs 0.010, 0.011, 0.012: [0.0085, 0.0135], wholly below the claimed 0.05
-    assert judge(UP, _c([0.010, 0.011, 0.012]), 0.5, POWER, ALPHA)[0] == "reproduced, smaller than claimed"
+    assert judge(UP, _c([0.010, 0.011, 0.012]), 0.5, POWER, ALPHA)[0] == "better, smaller than claimed"
 
 
 def test_opposite_when_the_interval_excludes_zero_on_the_other_side():
-    assert judge(UP, _c([-0.05, -0.06, -0.07]), 0.5, POWER, ALPHA)[0] == "opposite"
+    assert judge(UP, _c([-0.05, -0.06, -0.07]), 0.5, POWER, ALPHA)[0] == "worse, against the claim"
 
 
 def test_not_reproduced_when_the_interval_excludes_the_claim_but_not_zero():
@@ -71,31 +72,32 @@ def test_undecided_names_the_seeds_the_measured_spread_would_need():
     sd = math.sqrt(sum((d - 0.01) ** 2 for d in diffs) / 2)
     n = seeds_needed(0.05, sd, POWER, ALPHA)
     assert c.sd == pytest.approx(sd) and n is not None and n > 3
-    assert judge(UP, c, 0.5, POWER, ALPHA)[0] == f"undecided (~{n} seeds would decide on the claimed effect)"
+    assert judge(UP, c, 0.5, POWER, ALPHA)[0] == f"undecided ({n} seeds needed)"
     # with no size claimed, the seeds to detect the difference seen
     bare = Claim({"method": "x"}, "test/pass@1", direction=1)
     said, effect = judge(bare, c, 0.5, POWER, ALPHA)
-    assert effect is None and said == (
-        f"undecided (~{seeds_needed(0.01, sd, POWER, ALPHA)} seeds would decide on the observed difference)"
-    )
+    assert effect is None and said == (f"undecided ({seeds_needed(0.01, sd, POWER, ALPHA)} seeds needed)")
 
 
 def test_a_relative_claim_scales_by_the_baselines_mean_and_a_lower_claim_mirrors():
     rel = Claim({"method": "x"}, "test/pass@1", direction=1, effect=0.081, relative=True)
-    assert judge(rel, _c([0.05, 0.06, 0.07]), 0.5, POWER, ALPHA) == ("reproduced", pytest.approx(0.0405))
+    assert judge(rel, _c([0.05, 0.06, 0.07]), 0.5, POWER, ALPHA) == (
+        "better, as claimed",
+        pytest.approx(0.0405),
+    )
     # "1.21x faster": time to target 1 / 1.21 - 1 of the baseline's 1000 s, i.e. -174 s
     faster = Claim({"method": "x"}, "time_to_target_s", direction=-1, effect=1 / 1.21 - 1, relative=True)
     said, effect = judge(faster, _c([-300.0, -250.0, -280.0]), 1000.0, POWER, ALPHA)
-    assert said == "reproduced" and effect == pytest.approx(-173.55, abs=0.01)
+    assert said == "faster, as claimed" and effect == pytest.approx(-173.55, abs=0.01)
     assert judge(faster, _c([-10.0, 0.0, 10.0]), 1000.0, POWER, ALPHA)[0] == "not reproduced"
-    assert judge(faster, _c([300.0, 250.0, 280.0]), 1000.0, POWER, ALPHA)[0] == "opposite"
+    assert judge(faster, _c([300.0, 250.0, 280.0]), 1000.0, POWER, ALPHA)[0] == "slower, against the claim"
 
 
 def test_too_few_seeds_or_no_spread_is_undecided_not_a_verdict():
     assert judge(UP, _c([0.2]), 0.5, POWER, ALPHA)[0] == "undecided (1 paired seed)"
     assert judge(UP, _c([]), 0.5, POWER, ALPHA)[0] == "undecided (0 paired seeds)"
     said = judge(UP, _c([0.06, 0.06, 0.06]), 0.5, POWER, ALPHA)[0]
-    assert said == "undecided (every seed differs by the same amount: no spread to test)"
+    assert said == "undecided (every seed differs by exactly this: no spread to test)"
 
 
 AXES = {"method": ["grpo", "x", "y"]}
@@ -169,8 +171,8 @@ def test_a_malformed_claim_in_a_sweep_file_is_a_sweep_error_naming_the_file(tmp_
 def test_a_claim_without_runs_yet_reads_undecided():
     text = claims_section([UP], [], 0.95, 0.8)
     assert (
-        "| - | x | test/pass@1 | - | 0 | - | - | - | undecided (no run of this cell and its baseline yet) |"
-        in text
+        "| - | x | test/pass@1 | - | 0 | - | - | - | undecided (no run of this cell and its baseline yet) "
+        "| - | - |" in text
     )
 
 
@@ -194,12 +196,16 @@ def test_the_report_judges_each_claim_from_the_paired_runs(tmp_path, monkeypatch
     md = (tmp_path / "report" / "results.md").read_text()
     assert "## Paper claims" in md
     rows = {line.split(" | ")[1]: line for line in md.splitlines() if line.startswith("| paper")}
-    up, flat = _c([0.05, 0.06, 0.04]), _c([0.01, -0.01, 0.01])
-    assert rows["up"] == (
+    # three arms scattering alike: the verdicts rest on the pool (seed + method), df (3 - 1)(3 - 1) = 4
+    values = {(m,): dict(zip("012", tests[3 * i : 3 * i + 3])) for i, m in enumerate(("grpo", "up", "flat"))}
+    pool = fit_pool(values, ("grpo",))
+    assert pool.justified and pool.df == 4
+    up, flat = pool.comparisons[("up",)], pool.comparisons[("flat",)]
+    assert rows["up"].startswith(
         "| paper: +2 points | up | test/pass@1 | +2.0 | 3 | "
         f"+5.0 [{up.low * 100:+.1f}, {up.high * 100:+.1f}] | {up.p_value:.3f} | {up.mdd * 100:.1f} | "
-        "reproduced |"
+        "better, as claimed | 3 seeds, pooled over 3 arms (df 4) | "
     )
     # +50% of grpo's 0.50 is +25 points, far above flat's interval
     assert rows["flat"].startswith("| paper: +50% | flat | test/pass@1 | +25.0 (+50.0%) | 3 | +0.3 [")
-    assert rows["flat"].endswith(f"| {flat.mdd * 100:.1f} | not reproduced |")
+    assert f"| {flat.mdd * 100:.1f} | not reproduced | 3 seeds, pooled over 3 arms (df 4) |" in rows["flat"]

@@ -45,13 +45,16 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, flo
     return mean, mean - half, mean + half
 
 
-def t_power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
-    """Power of the two-sided one-sample (paired) t-test for a true mean difference ``effect``."""
+def t_power(effect: float, sd: float, n: int, alpha: float = 0.05, arms: int = 2) -> float:
+    """Power of the two-sided paired t-test for a true mean difference ``effect``, the differences' SD
+    ``sd`` and ``n`` seeds; ``arms`` > 2 is the same contrast in a two-way (seed + method) model over that
+    many arms, whose residual degrees of freedom are (arms - 1)(n - 1) (``experiments.pooled``): two
+    arms give the paired t exactly."""
     from scipy.stats import nct
 
     if n < 2 or not sd > 0:
         return math.nan
-    df = n - 1
+    df = (arms - 1) * (n - 1)
     crit = t_quantile(df, 1 - alpha / 2)
     nc = abs(effect) * math.sqrt(n) / sd
     upper = float(nct.sf(crit, df, nc))
@@ -63,8 +66,11 @@ def t_power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
     return upper + (lower if math.isfinite(lower) else 0.0)
 
 
-def min_detectable_difference(sd: float, n: int, power: float = 0.8, alpha: float = 0.05) -> float:
-    """The smallest true mean difference the paired t-test detects with probability ``power``.
+def min_detectable_difference(
+    sd: float, n: int, power: float = 0.8, alpha: float = 0.05, arms: int = 2
+) -> float:
+    """The smallest true mean difference the paired t-test (``arms`` > 2: the pooled contrast, see
+    ``t_power``) detects with probability ``power``.
 
     nan when it is undefined (fewer than 2 pairs); 0 when the differences have no spread.
     """
@@ -75,9 +81,9 @@ def min_detectable_difference(sd: float, n: int, power: float = 0.8, alpha: floa
     if sd == 0:
         return 0.0
     hi = sd
-    while t_power(hi, sd, n, alpha) < power:  # bracket the root; power rises with the effect
+    while t_power(hi, sd, n, alpha, arms) < power:  # bracket the root; power rises with the effect
         hi *= 2
-    return float(brentq(lambda e: t_power(e, sd, n, alpha) - power, 0.0, hi, xtol=1e-12 * sd))
+    return float(brentq(lambda e: t_power(e, sd, n, alpha, arms) - power, 0.0, hi, xtol=1e-12 * sd))
 
 
 @dataclass
@@ -91,6 +97,17 @@ class PairedComparison:
     p_value: float
     mdd: float  # at ``power`` and ``alpha``
     sd: float = math.nan  # standard deviation of the n differences (nan for n < 2)
+    arms: int = 2  # 2: paired; more: the pooled contrast of a two-way model over that many arms
+
+    @property
+    def df(self) -> int:
+        """The test's degrees of freedom: n - 1 paired, (arms - 1)(n - 1) pooled."""
+        return (self.arms - 1) * (self.n - 1)
+
+    @property
+    def pooled(self) -> bool:
+        """Whether the interval, MDD and seeds needed rest on a pool of more than two arms."""
+        return self.arms > 2
 
     @property
     def separated(self) -> bool:
@@ -119,21 +136,22 @@ def paired_comparison(
 
 
 def seeds_needed(
-    effect: float, sd: float, power: float = 0.8, alpha: float = 0.05, most: int = 10_000
+    effect: float, sd: float, power: float = 0.8, alpha: float = 0.05, most: int = 10_000, arms: int = 2
 ) -> int | None:
-    """The fewest pairs (at least 2) with which the paired t-test detects a true mean difference ``effect``
-    with probability ``power``, at the differences' standard deviation ``sd``; None past ``most``, or when
-    it is undefined (no effect, or an sd that is 0 or not finite)."""
+    """The fewest pairs (at least 2) with which the paired t-test (``arms`` > 2: the pooled contrast with
+    that many arms, see ``t_power``) detects a true mean difference ``effect`` with probability ``power``,
+    at the differences' standard deviation ``sd``; None past ``most``, or when it is undefined (no
+    effect, or an sd that is 0 or not finite)."""
     if not (effect != 0 and math.isfinite(effect) and math.isfinite(sd) and sd > 0):
         return None
-    if t_power(effect, sd, most, alpha) < power:
+    if t_power(effect, sd, most, alpha, arms) < power:
         return None
     low, high = 1, 2  # power(low) < power <= power(high); power rises with n
-    while t_power(effect, sd, high, alpha) < power:
+    while t_power(effect, sd, high, alpha, arms) < power:
         low, high = high, min(2 * high, most)
     while high - low > 1:
         mid = (low + high) // 2
-        low, high = (mid, high) if t_power(effect, sd, mid, alpha) < power else (low, mid)
+        low, high = (mid, high) if t_power(effect, sd, mid, alpha, arms) < power else (low, mid)
     return high
 
 

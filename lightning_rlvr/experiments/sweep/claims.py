@@ -37,7 +37,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..stats import seeds_needed
+from ..verdicts import (  # noqa: F401 - the units and words live in verdicts; re-exported for the report
+    MOST_SEEDS,
+    basis,
+    decide,
+    display,
+    hours,
+    is_duration,
+    is_fraction,
+    is_seconds,
+    is_steps,
+    no_spread,
+)
 
 CLAIM_KEYS = {"cell", "metric", "effect", "relative", "direction", "source"}
 
@@ -97,75 +108,98 @@ def parse_claims(raw: Any, axes: dict[str, list[str]], compare: Sequence[str]) -
     return claims
 
 
-def judge(claim: Claim, c: Any, baseline_mean: float, power: float, alpha: float) -> tuple[str, float | None]:
-    """(verdict, the claim's effect in the metric's units) for a ``stats.PairedComparison`` ``c``."""
+def judge(
+    claim: Claim,
+    c: Any,
+    baseline_mean: float,
+    power: float,
+    alpha: float,
+    seed_cost_s: float | None = None,
+    budget_s: float | None = None,
+) -> tuple[str, float | None]:
+    """(verdict, the claim's effect in the metric's units) for a ``stats.PairedComparison`` ``c`` (paired,
+    or pooled when ``c.arms`` > 2), in ``verdicts``' words; ``seed_cost_s`` (one more seed of the cell and
+    its baseline) and ``budget_s`` decide "not testable within budget"."""
     effect = None if claim.effect is None else claim.effect * (abs(baseline_mean) if claim.relative else 1.0)
-    s = claim.direction
-    if c.n < 2 or not math.isfinite(c.sd):
-        return f"undecided ({c.n} paired seed{'s' if c.n != 1 else ''})", effect
-    if c.sd == 0:
-        return "undecided (every seed differs by the same amount: no spread to test)", effect
-    if c.separated:
-        if s * c.diff < 0:
-            return "opposite", effect
-        smaller = effect is not None and s * (c.high if s > 0 else c.low) < s * effect
-        return ("reproduced, smaller than claimed" if smaller else "reproduced"), effect
-    if effect is not None and (c.high < effect if s > 0 else c.low > effect):
-        return "not reproduced", effect
-    n = seeds_needed(effect if effect is not None else c.diff, c.sd, power, alpha)
-    need = f"~{n} seeds would decide" if n else "more seeds than is practical would decide"
-    what = "the claimed effect" if effect is not None else "the observed difference"
-    return f"undecided ({need} on {what})", effect
+    d = decide(c, claim.metric, effect, claim.direction, power, alpha, seed_cost_s, budget_s)
+    return d.verdict, effect
 
 
 NOTE = (
-    "Each claim (`report.claims` in the sweep file) read from the comparison with the baseline: "
-    "**reproduced** when the interval excludes 0 on the claimed side, **opposite** on the other side, "
-    "**not reproduced** when it excludes the claimed effect but not 0, else **undecided**, with the seeds "
-    "the paired t-test would need at the measured spread (an estimate: the spread of a few seeds is "
-    "itself uncertain). A relative claim is scaled by the baseline's mean on the paired seeds. Accuracies "
-    "are in points.\n"
+    "Each claim (`report.claims` in the sweep file) read from the comparison with the baseline, pooled over "
+    "the sweep's arms where the pool is justified (the pooled analysis below), else paired: **better** / "
+    "**worse** (faster / slower for times) when the interval excludes 0, **not reproduced** when it "
+    "excludes the claimed effect but not 0, else **undecided** with the seeds the test would need at the "
+    "measured spread (an estimate: the spread of a few seeds is itself uncertain), or **not testable "
+    "within budget** when those seeds of the cell and its baseline cost more than `report.budget_hours` "
+    "at the runs' measured cost. A relative claim is scaled by the baseline's mean on the paired seeds. "
+    "Accuracies are in points.\n"
 )
 
 
-def claims_section(claims: Sequence[Claim], entries: Sequence[dict], level: float, power: float) -> str:
+def claims_section(
+    claims: Sequence[Claim], entries: Sequence[dict], level: float, power: float, evidence: Any = None
+) -> str:
     """The report's "Paper claims" section: one row per claim and matching comparison entry
     (``report.compare_to_baseline``'s): the claim, its effect here, the measured difference with its
-    interval, p, MDD and the verdict."""
+    interval, p, MDD, the verdict, what it rests on and what the seeds that would decide cost.
+    ``evidence`` (``plan.Evidence``) chooses the pooled or paired comparison and knows the runs' cost,
+    rates and the budget; None: paired, no cost."""
     pct = round(level * 100)
     header = ["claim", "cell", "metric", "claimed", "seeds", f"measured [{pct}% interval]", "p", "MDD"]
-    lines = ["| " + " | ".join([*header, "verdict"]) + " |", "|" + "---|" * (len(header) + 1)]
+    header += ["verdict", "rests on", "seeds needed (job time)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for claim in claims:
-        matched = [
-            e
-            for e in entries
-            if e["metric"] == claim.metric and all(e["cell"].get(a) == v for a, v in claim.cell.items())
-        ]
-        for e in matched or [None]:
-            cell = ", ".join(claim.cell.values()) if e is None else ", ".join(map(str, e["cell"].values()))
-            if e is None:
-                row = ["-", "0", "-", "-", "-", "undecided (no run of this cell and its baseline yet)"]
-                lines.append("| " + " | ".join([claim.source or "-", cell, claim.metric, *row]) + " |")
-                continue
-            c = e["comparison"]
-            said, effect = judge(claim, c, e["baseline_mean"], power, 1 - level)
-            said += capped_note(e)
-            scale, _, dec = display(claim.metric)
-            claimed = (
-                ("higher" if claim.direction > 0 else "lower")
-                if effect is None
-                else f"{effect * scale:+.{dec}f}" + (f" ({claim.effect:+.1%})" if claim.relative else "")
-            )
-            measured, p, mdd = comparison_cells(c, scale, dec)
-            row = [claim.source or "-", cell, claim.metric, claimed, str(c.n), measured, p, mdd, said]
+        for row in claim_rows(claim, entries, level, power, evidence):
             lines.append("| " + " | ".join(row) + " |")
     return "## Paper claims\n\n" + NOTE + "\n" + "\n".join(lines) + "\n"
 
 
-def no_spread(c: Any) -> bool:
-    """Identical non-zero differences on every seed: the t-test has no spread to work with (a coincidence
-    that a few seeds and a coarse metric make likely: pass@1 on 512 samples moves in steps of 1/512)."""
-    return c.n >= 2 and c.mdd == 0 and c.diff != 0
+def claim_rows(
+    claim: Claim, entries: Sequence[dict], level: float, power: float, evidence: Any = None
+) -> list[list[str]]:
+    """The claims table's rows of one claim: one per matching comparison entry, or one saying none ran."""
+    matched = [
+        e
+        for e in entries
+        if e["metric"] == claim.metric and all(e["cell"].get(a) == v for a, v in claim.cell.items())
+    ]
+    if not matched:
+        cell = ", ".join(claim.cell.values())
+        row = ["-", "0", "-", "-", "-", "undecided (no run of this cell and its baseline yet)", "-", "-"]
+        return [[claim.source or "-", cell, claim.metric, *row]]
+    out = []
+    for e in matched:
+        cell = ", ".join(map(str, e["cell"].values()))
+        c, rests, cost, budget, collapsed = e["comparison"], basis(e["comparison"]), None, None, ""
+        if evidence is not None:
+            c, rests = evidence.comparison(e), evidence.basis(e)
+            cost, budget, collapsed = evidence.seed_cost_s(e), evidence.budget_s, evidence.collapsed(e)
+        said, effect = judge(claim, c, e["baseline_mean"], power, 1 - level, cost, budget)
+        said = f"undecided (the cell {collapsed})" if collapsed else said + capped_note(e)
+        scale, _, dec = display(claim.metric)
+        claimed = (
+            ("higher" if claim.direction > 0 else "lower")
+            if effect is None
+            else f"{effect * scale:+.{dec}f}" + (f" ({claim.effect:+.1%})" if claim.relative else "")
+        )
+        measured, p, mdd = comparison_cells(c, scale, dec)
+        need = needed_cell(claim.metric, c, effect, claim.direction, power, 1 - level, cost)
+        out.append(
+            [claim.source or "-", cell, claim.metric, claimed, str(c.n), measured, p, mdd, said, rests, need]
+        )
+    return out
+
+
+def needed_cell(
+    metric: str, c: Any, effect: float | None, direction: int, power: float, alpha: float, cost: float | None
+) -> str:
+    """The seeds (of the cell and its baseline) that would detect ``effect`` (None: the observed
+    difference) at ``power``, and their job time at ``cost`` a seed: "41 (31.2 h)"."""
+    d = decide(c, metric, effect, direction, power, alpha, cost)
+    if d.needed is None:
+        return "-" if c.n < 2 or no_spread(c) or not c.diff else f"more than {MOST_SEEDS:,}"
+    return f"{d.needed}" + (f" ({hours(d.cost_s)})" if d.cost_s is not None else "")
 
 
 def comparison_cells(c: Any, scale: float, dec: int) -> tuple[str, str, str]:
@@ -181,33 +215,3 @@ def capped_note(entry: dict) -> str:
     """What a verdict adds for ``compare_to_baseline``'s pairs holding a run that never reached the target."""
     n = entry.get("capped", 0)
     return f"; {n} pair(s) with a run that never reached the target (its full time)" if n else ""
-
-
-def is_seconds(metric: str) -> bool:
-    """A time (``time_to_target_s``, ``fit_s``): lower is faster, shown in whole seconds."""
-    return metric.endswith("_s")
-
-
-def is_steps(metric: str) -> bool:
-    """A count of RL steps (``steps_to_target``): lower is faster, shown in whole steps."""
-    return metric.startswith("steps_")
-
-
-def is_duration(metric: str) -> bool:
-    """Seconds or steps: a smaller difference reads 'faster', a larger 'slower'."""
-    return is_seconds(metric) or is_steps(metric)
-
-
-def is_fraction(metric: str) -> bool:
-    """An accuracy or reward: shown in points (x 100) in the report's tables."""
-    return "pass@" in metric or metric.startswith(("val/", "test/", "train/reward"))
-
-
-def display(metric: str) -> tuple[float, str, int]:
-    """(scale, unit, decimals) a metric's differences print with: accuracies in points, times in whole
-    seconds, steps to a whole step's tenth, anything else as it is."""
-    if is_fraction(metric):
-        return 100.0, " points", 1
-    if is_steps(metric):
-        return 1.0, " steps", 1
-    return (1.0, " s", 0) if is_seconds(metric) else (1.0, "", 3)

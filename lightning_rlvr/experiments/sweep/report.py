@@ -41,9 +41,11 @@ from pathlib import Path
 
 from ...core.files import write_text
 from ..stats import paired_comparison, t_interval, t_quantile, time_to_reach, wilson_interval  # noqa: F401
+from ..verdicts import decide
 from .choice import choice_text
-from .claims import capped_note, claims_section, comparison_cells, display, is_duration, no_spread
+from .claims import capped_note, claims_section, comparison_cells, display
 from .curves import SMOOTH, plot_curves, write_curves_csv
+from .plan import Evidence, pooled_section, rates_section, read_rates
 from .prompts import prompt_section
 from .rows import (
     START,
@@ -205,16 +207,8 @@ def verdict(c, entry: dict) -> str:
 
 
 def _verdict(c, metric: str) -> str:
-    scale, unit, dec = display(metric)  # the MDD as the table's column prints it
-    if c.n < 2:
-        return f"undecided ({c.n} paired seed{'s' if c.n != 1 else ''})"
-    if no_spread(c):
-        return "undecided (every seed differs by exactly this: no spread to test)"
-    if c.separated:
-        if is_duration(metric):
-            return "slower" if c.diff > 0 else "faster"
-        return "better" if c.diff > 0 else "worse"
-    return f"no difference > {c.mdd * scale:.{dec}f}{unit}"
+    """The paired table's verdict in ``experiments.verdicts``' words (no claim, no budget)."""
+    return decide(c, metric).verdict
 
 
 def comparison_table(axes: list[str], rows: list[dict], settings: ReportSettings) -> str:
@@ -398,13 +392,16 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
         prompts = prompt_section(axes, rows, sweep.out, settings)  # per-prompt test files (prompts.py)
         if prompts:
             text += ["## Prompt by prompt: evaluation and training noise\n", prompts]
+        entries = compare_to_baseline(axes, rows + included, settings)  # the verdicts' parts: plan.py
+        evidence = Evidence(axes, rows + included, settings, read_rates(rows, [sweep.out, out / "runs"]))
+        text += [pooled_section(entries, evidence), rates_section(entries, evidence)]
         if settings.claims:
-            entries = compare_to_baseline(axes, rows + included, settings)
-            text.append(claims_section(settings.claims, entries, settings.level, settings.power))
+            text.append(claims_section(settings.claims, entries, settings.level, settings.power, evidence))
     if settings.choose:
-        text.append(choice_text(axes, rows, settings.choose, settings.choose_by))
+        tie = (settings.tie, settings.tie_tolerance)
+        text.append(choice_text(axes, rows, settings.choose, settings.choose_by, *tie))
     text.append("![learning curves](curves.png)\n")
-    write_text(md_path, "\n".join(text))
+    write_text(md_path, "\n".join(t for t in text if t))
     curves = cell_curves(axes, rows, sweep.out)
     write_curves_csv(curves, out / "curves.csv")
     plot_curves(curves, out / "curves.png", sweep.name)

@@ -1,6 +1,6 @@
 """``lightning-rlvr-sweep``: expand a sweep file into ``lightning-rlvr`` runs, run them, evaluate, report.
 
-A sweep file (``sweeps/*.yaml``, parsed and expanded by ``sweep_spec``) gives a
+A sweep file (``sweeps/*.yaml``, parsed and expanded by ``sweep/spec.py``) gives a
 grid of runs; each run is two ``lightning-rlvr`` subprocesses:
 
 1. ``fit`` with its own logger, checkpoint and root directory ``<out>/<run_id>/``;
@@ -15,14 +15,14 @@ a run folder while any process of an earlier invocation still holds its lock.
 
 Only after both succeed is ``<out>/<run_id>/DONE`` written, so an interrupted
 sweep resumes where it stopped: finished runs are skipped (also on another machine:
-``sweep_archive`` keeps each finished run's small files next to the report), a run whose fit
+``sweep/archive.py`` keeps each finished run's small files next to the report), a run whose fit
 finished but whose test did not only reruns the test, anything else restarts
 from an empty run directory (its seed makes the rerun identical). Each run records
 its configs and overrides in ``spec.json``; a run finished under other ones than the
 sweep file gives now (a per-method lr changed after tuning) is run again. Before the
 runs, one warm-start-only fit (``trainer.max_steps=0``) per distinct warm-start
 setting fills the on-disk warm-start cache, so concurrent runs never race on
-writing it. Then ``sweep_report`` writes ``results.csv``, ``results.md`` and
+writing it. Then ``sweep/report.py`` writes ``results.csv``, ``results.md`` and
 ``curves.png``.
 
 Runs execute locally, ``--jobs N`` at a time, or on SLURM through ``submitit``
@@ -36,9 +36,11 @@ the runs are built in ``sweep/commands.py`` and run in ``sweep/runner.py``.
 from __future__ import annotations
 
 import argparse
+import csv
 import logging
 import re
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -53,7 +55,9 @@ from .commands import (
     warmup_command,
 )
 from .identity import stale_configs
-from .report import write_report
+from .plan import Evidence, check_pilot, plan_text, read_rates
+from .report import compare_to_baseline, write_report
+from .rows import read_results_csv
 from .runner import (
     CommandRunner,
     is_done,
@@ -99,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
             "  lightning-rlvr-sweep sweeps/methods_quickstart.yaml --jobs 2\n"
             "  lightning-rlvr-sweep sweeps/methods_quickstart.yaml --launcher slurm "
             "--slurm slurm_partition=gpu --slurm timeout_min=120\n"
-            "  lightning-rlvr-sweep sweeps/methods_quickstart.yaml --report-only"
+            "  lightning-rlvr-sweep sweeps/methods_quickstart.yaml --report-only\n"
+            "  lightning-rlvr-sweep sweeps/methods_real.yaml --plan --pilot sweeps/results/pilot/results.csv"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -122,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE", help=slurm)
     p.add_argument("--only", default=None, metavar="REGEX", help="only runs whose id matches this regex")
     p.add_argument("--report-only", action="store_true", help="only (re)write the report from finished runs")
+    plan = (
+        "print, per claim and comparison, the verdict, the seeds that would decide at the report's power and "
+        "their job time against report.budget_hours, from a pilot's results (--pilot) or this sweep's; "
+        "runs nothing"
+    )
+    p.add_argument("--plan", action="store_true", help=plan)
+    pilot = "a pilot's or finished sweep's results.csv for --plan (default: this sweep's report_dir)"
+    p.add_argument("--pilot", default=None, metavar="RESULTS_CSV", help=pilot)
     return p
 
 
@@ -155,6 +168,11 @@ def main(argv: list[str] | None = None, runner: CommandRunner = subprocess_runne
     except SweepError as err:
         sys.stderr.write(f"lightning-rlvr-sweep: error: {err}\n")
         return 2
+    if args.pilot and not args.plan:
+        sys.stderr.write("lightning-rlvr-sweep: error: --pilot is read by --plan only: add --plan\n")
+        return 2
+    if args.plan:
+        return print_plan(sweep, args.pilot)
     runs = [r for r in all_runs if re.search(args.only, r.run_id)] if args.only else all_runs
     jobs = args.jobs or sweep.jobs
     # runs finished elsewhere, committed with the report: all of them, as the report covers every run
@@ -218,6 +236,28 @@ def main(argv: list[str] | None = None, runner: CommandRunner = subprocess_runne
     if failed:
         log.warning("%d of %d runs not finished: %s", len(failed), len(runs), ", ".join(failed[:10]))
     return 1 if failed else 0
+
+
+def print_plan(sweep: Sweep, pilot: str | None) -> int:
+    """``--plan``: the plan's text on stdout (0), or one error line on stderr (2)."""
+    path = Path(pilot) if pilot else sweep.report_dir / "results.csv"
+    try:
+        if not path.is_file():
+            raise ValueError("not found (give a results.csv with --pilot, or run the sweep first)")
+        try:
+            axes, rows = read_results_csv(path)
+            columns = list(rows[0]) if rows else []
+        except (OSError, UnicodeDecodeError, ValueError, csv.Error) as err:
+            raise ValueError(f"not a results.csv ({err})") from None
+        dirs = [path.parent / "runs", sweep.out, sweep.report_dir / "runs"]
+        evidence = Evidence(axes, rows, sweep.report, read_rates(rows, dirs))
+        check_pilot(axes, columns, rows, sweep.report, evidence)
+        entries = compare_to_baseline(axes, rows, sweep.report)
+    except ValueError as err:
+        sys.stderr.write(f"lightning-rlvr-sweep: error: pilot {path}: {err}\n")
+        return 2
+    sys.stdout.write(plan_text(entries, evidence, f"`{path}` ({len(rows)} runs)", sweep.name))
+    return 0
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ CREDIT_TABLE = "credit_eval.md"  # its table and paper-claim checks, archived fo
 SWEEP_KEYS = {"name", "out", "report_dir", "configs", "overrides", "grid", "test_overrides", "env", "jobs"}
 SWEEP_KEYS |= {"seed_key", "slurm", "axis_overrides", "report"}
 REPORT_KEYS = {"baseline", "compare", "target_accuracy", "level", "power", "choose", "choose_by", "include"}
-REPORT_KEYS |= {"claims"}
+REPORT_KEYS |= {"claims", "budget_hours", "collapse_floor", "tie", "tie_tolerance"}
+TIE_RULES = ("lower", "higher", "first")  # how report.choose breaks a tie (see choice.choose_values)
 REPORT_KEYS |= {"step_cost_s"}
 
 
@@ -85,6 +86,10 @@ class ReportSettings:
     choose_by: str = "val/pass@1_final"
     include: list[Path] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
+    budget_hours: float | None = None
+    collapse_floor: float | None = None
+    tie: str = "lower"
+    tie_tolerance: float = 0.0
     step_cost_s: dict[str, float] = field(default_factory=dict)
 
 
