@@ -44,8 +44,8 @@ SWEEP_KEYS = {"name", "out", "report_dir", "configs", "overrides", "grid", "test
 SWEEP_KEYS |= {"seed_key", "slurm", "axis_overrides", "report"}
 REPORT_KEYS = {"baseline", "compare", "target_accuracy", "level", "power", "choose", "choose_by", "include"}
 REPORT_KEYS |= {"claims", "budget_hours", "collapse_floor", "tie", "tie_tolerance"}
-TIE_RULES = ("lower", "higher", "first")  # how report.choose breaks a tie (see choice.choose_values)
 REPORT_KEYS |= {"step_cost_s"}
+TIE_RULES = ("lower", "higher", "first")  # how report.choose breaks a tie (see choice.choose_values)
 
 
 # ---------------------------------------------------------------------------- the sweep file
@@ -72,6 +72,14 @@ class ReportSettings:
             with this sweep's baseline too, paired by seed and warm start: a baseline rerun (a control)
             gives the main sweep's methods a partner. Their rows join the comparison only.
         claims: papers' claims about cells against the baseline, judged in the report (``claims.Claim``).
+        budget_hours: the job time (fit + test seconds of every run, in hours) the study may spend; a
+            claim whose deciding seeds would cost more reads "not testable within budget"
+            (``experiments.verdicts``). None: no budget.
+        collapse_floor: an arm whose mean of a fraction metric (pass@k) is below this is collapsed and left
+            out of the pooled analysis, as an arm whose runs are all 0 always is. None: only those.
+        tie: how ``choose`` breaks a tie between values within ``tie_tolerance`` of the best: ``lower``
+            (the smaller value), ``higher`` or ``first`` (first in the grid).
+        tie_tolerance: seed means within this of the best tie (in the metric's units: 0.01 = 1 point).
         step_cost_s: seconds one RL step takes with the machine otherwise idle (an idle pilot's), by a value
             of a grid axis (``{grpo: 34.2, hp_rlvr: 41.0}``): time to the target in steps x this cost
             (``rows.IDLE_TO_TARGET``) beside the seconds measured under whatever load the sweep ran with.
@@ -304,6 +312,20 @@ def _report_settings(path: Path, raw: Any, grid: dict[str, list], seed_key: str)
         claims = parse_claims(raw.get("claims", []), {a: labels for a, (_, labels) in axes.items()}, compare)
     except ValueError as err:
         raise SweepError(f"{path}: report.{err}") from None
+    budget, floor = (
+        None if raw.get(key) is None else number(path, key, raw[key])
+        for key in ("budget_hours", "collapse_floor")
+    )
+    if budget is not None and not 0 < budget < float("inf"):
+        raise SweepError(
+            f"{path}: report.budget_hours must be a positive number of hours, got {raw['budget_hours']!r}"
+        )
+    tie = raw.get("tie", "lower")
+    if tie not in TIE_RULES:
+        raise SweepError(f"{path}: report.tie must be one of {list(TIE_RULES)}, got {short(tie)}")
+    tolerance = number(path, "tie_tolerance", raw.get("tie_tolerance", 0.0))
+    if not 0 <= tolerance < float("inf"):
+        raise SweepError(f"{path}: report.tie_tolerance must be a number >= 0, got {raw['tie_tolerance']!r}")
     return ReportSettings(
         baseline,
         compare,
@@ -314,6 +336,10 @@ def _report_settings(path: Path, raw: Any, grid: dict[str, list], seed_key: str)
         by,
         [Path(f) for f in include],
         claims,
+        budget,
+        floor,
+        tie,
+        tolerance,
         step_cost_s=_step_costs(path, raw.get("step_cost_s"), axes),
     )
 
