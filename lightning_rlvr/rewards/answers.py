@@ -180,9 +180,12 @@ class AnswerParser:
     def accept(self, text: str, fmt: str) -> str | None:
         """``text`` as an answer of this parser's kind, or None when it is not one (prose, empty)."""
         if self.kind == "text":  # as written: only the marker's own layout is dropped (module)
-            text = text.strip() if fmt in ("tag", "boxed") else text.strip().strip("*").strip()
-            if not text:
-                return None
+            if fmt in ("tag", "boxed"):
+                text = text.strip()  # an empty tag is an answer: some datasets' answer is the empty text
+            else:
+                text = text.strip().strip("*").strip()
+                if not text:
+                    return None
             return text if self.max_words is None or len(_WORDS.findall(text)) <= self.max_words else None
         text = _clean(first_sentence(text) if fmt in ("hash", "colon", "is") else text)
         if not text:

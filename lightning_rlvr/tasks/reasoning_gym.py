@@ -15,7 +15,10 @@ convention, and the cue of the default prompt), else the text after its last
 partial credit). Many answers span several lines (the grids of ``rotate_matrix``,
 ``mini_sudoku``, ``rearc``): the tag keeps all of them, and after ``answer:`` the answer
 is as many non-blank lines as the reference has. Outer blank lines and spaces at line
-ends are dropped (they are layout, not answer; ``score_answer`` would count them).
+ends are dropped (they are layout, not answer; ``score_answer`` would count them); nothing else is
+(a trailing ``.`` is the answer's: ``tests/test_reasoning_gym_gold.py`` scores every dataset's gold).
+With ``answers: {kind: number}`` numbers compare as numbers: an answer equal in value to the reference
+(``51.0``, ``1,000``, ``\u22123``) is scored as the reference's own text.
 
 Pool size. Problems are drawn from the first ``pool_size`` items of the stream.
 By default that is 1,000,000 items, capped by the dataset's own limits: a dataset
@@ -35,7 +38,7 @@ from typing import Any
 from ..core.errors import RLVRError
 from ..core.problem import SPLITS, Problem, Verdict, split_of
 from ..core.steps import first_difference, first_wrong_result
-from ..rewards.answers import AnswerParser
+from ..rewards.answers import AnswerParser, number_value
 from .base import Task
 
 RG_ANSWERS = AnswerParser(formats=["tag", "colon"], kind="text", max_words=None)
@@ -183,6 +186,9 @@ class ReasoningGymTask(Task):
         got = self.answers(completion, lines=len(problem.answer.strip().splitlines()) or 1)
         if got is None:
             return Verdict(0.0, "no answer found")
+        value = number_value(got) if self.answers.kind == "number" else None
+        if value is not None and value == number_value(problem.answer):
+            got = problem.answer  # numbers compare as numbers (51.0 is 51); the dataset scores its own text
         reward = float(self._dataset.score_answer(got, problem.meta["entry"]))
         correct = reward >= 1.0  # reasoning-gym scores partial credit: only a full score is a success
         reward = reward if correct else max(reward, self.answers.reward(False, completion))
