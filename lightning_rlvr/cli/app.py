@@ -37,7 +37,7 @@ from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from ..checkpoints import (  # noqa: F401 - read_checkpoint etc. re-exported for older callers
+from ..checkpoints import (
     AtomicCheckpointIO,
     checkpoint_dirs,
     claim_checkpoint_dir,
@@ -55,6 +55,7 @@ from ..core.files import write_text
 from ..core.process import FIT_REPORT_ENV, adopt_parent_from_env, die_with_parent
 from ..data import RLVRDataModule
 from ..module import RLVRModule
+from .compose import check_loss_settings_agree
 from .options import (
     SUBCOMMAND_HELP,
     USAGE,
@@ -292,6 +293,7 @@ def check_config_files(args: list[str]) -> None:
                 f"{value}: a config must be a mapping of sections (trainer:, model:, data:, ...), "
                 f"got a {type(data).__name__}"
             )
+    check_loss_settings_agree(args)  # a method file and a loss file compose in either order
 
 
 def main(args: list[str] | None = None) -> None:
