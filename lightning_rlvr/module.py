@@ -2,15 +2,16 @@
 
 Each training step, top to bottom:
 
-1. **rollout** -- the ``RolloutEngine`` (HF ``generate`` by default; a fast CPU
-   loop; vLLM on GPUs) samples G completions for each of B prompts in one
-   batched call (N = B * G rows, grouped by prompt);
-2. **score**   -- the task's verifier gives each completion a reward; a verifier
-   that raises gives 0 and is counted;
-3. **credit**  -- the ``CreditAssigner`` (GRPO, SHEAR, SC-GRPO, ...) turns the
-   scored rollout into token advantages A_{i,t}, using only no-grad views of
+1. **collect** -- ``collect.roll_out`` samples G completions for each of B prompts
+   through the ``RolloutEngine`` (HF ``generate`` by default; a fast CPU loop;
+   vLLM on GPUs) in one batched call (N = B * G rows, grouped by prompt; an
+   environment plays G episodes, one engine call per turn) and verifies them:
+   the task's verifier decides each reward (a verifier that raises gives 0 and
+   is counted), and optional reward shaping changes a reward, never its verdict;
+2. **credit**  -- the ``CreditAssigner`` (GRPO, SHEAR, SC-GRPO, ...) turns the
+   verified rollout into token advantages A_{i,t}, using only no-grad views of
    the rollout-time policy through a ``Scorer``;
-4. **update**  -- ``ppo_epochs`` passes over the rollout in ``minibatches``,
+3. **update**  -- ``ppo_epochs`` passes over the rollout in ``minibatches``,
    each an optimiser step on the ``PolicyLoss`` (PPO clip, GSPO, CISPO; its
    aggregation, KL and TIS) against the rollout-time log-probs, plus any
    per-token loss the credit assigner adds.
@@ -25,7 +26,7 @@ A credit method that reads the policy pass (SHEAR's hidden states, RREDCoT's
 entropies) would then pay for a whole pass of its own; instead the update's forward runs before the credit
 (``fused_policy_pass``) and its detached outputs fill the scorer's pass.
 Every pass over the rollout (scoring, reference, update) is padding-free:
-length-sorted micro-batches, each cut to its longest row (``packing.py``); the
+length-sorted micro-batches, each cut to its longest row (``scoring/packing.py``); the
 update's and the scorer's passes run each group's shared prompt once (``share_prompts``).
 Validation and test (pass@k, and maj@k for tasks with a final answer, on
 held-out prompts under a forked RNG so evaluation never shifts training) live

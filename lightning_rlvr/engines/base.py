@@ -1,7 +1,7 @@
 """The rollout engine seam: how completions are sampled, behind one small interface.
 
 Everything that samples (the module's rollouts, evaluation, the warm start's
-accuracy checks, ``credit_view``) goes through ``lightning_rlvr.collect.single_turn.generate_rollout``,
+accuracy checks, the credit lab's view) goes through ``lightning_rlvr.collect.single_turn.generate_rollout``,
 which renders and tokenises the prompts once, the same way everywhere, and hands
 the engine a batch of token *contexts*. An engine never sees a ``Problem``: a
 context is any left-padded token sequence (a prompt, or a prompt plus earlier

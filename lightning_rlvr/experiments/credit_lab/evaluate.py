@@ -11,12 +11,12 @@ the task verifies them, and on THE SAME rollouts (and the same scorer design)
   ``--oracle-every`` tokens -- estimates each segment's true advantage;
 * every method's credit assigner (built from its YAML's ``model.credit``) gives
   its per-token credit: its advantages, minus its per-token loss for
-  distillation-style methods (``credit_view.method_credit``);
+  distillation-style methods (``credit_lab.view.method_credit``);
 * the task, when it can (``Task.first_error``), says where each failed
   completion first goes wrong (a character offset, mapped here to the token
   that holds it; None when unknown).
 
-Per method (``credit_metrics`` defines each): Spearman correlation with the
+Per method (``credit_lab/metrics.py`` defines each): Spearman correlation with the
 oracle per rollout; localisation share within +-d tokens of the first error
 against the uniform share; sign agreement with the oracle; cost (tokens run
 through the model, sampled ones included, and seconds of ``assign``, per
@@ -26,7 +26,7 @@ after the first error than before) and HSD's (its distillation signal
 concentrates at the first error), as the share of groups where each holds.
 
 Writes credit_eval.csv, credit_eval.md (the table + claims) and credit_eval.png. A killed lab rerun
-with the same command resumes after its last finished batch, to the same numbers (``totals``).
+with the same command resumes after its last finished batch, to the same numbers (``credit_lab/totals.py``).
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def first_error_tokens(task, rollout, tokenizer) -> list[int | None]:
 
     Episodes (a policy mask: actions between observations) have no character-level derivation: their
     first error is the first token of the first action after which the game can no longer be won
-    within its turn limit (``envs.first_error``)."""
+    within its turn limit (``episode_first_errors``)."""
     if getattr(rollout, "policy_mask", None) is not None and hasattr(task, "reset"):
         return episode_first_errors(task, rollout, tokenizer)
     out: list[int | None] = []
