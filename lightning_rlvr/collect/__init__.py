@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ..core.errors import RLVRError
 from ..core.problem import Problem
 from ..core.rollout import Rollout
 from ..envs.base import Environment
@@ -47,6 +48,10 @@ def roll_out(task: Task, sampler: Sampler, problems: list[Problem], group_size: 
     t0 = time.perf_counter()
     s = sampler
     if isinstance(task, Environment):
+        if s.key is not None:
+            raise RLVRError(
+                "keyed sampling covers single-turn tasks; set model.sampling_key: stream for an environment"
+            )
         generate = engine_generate(s.engine, s.model, s.tokenizer, s.sampling)
         positions = getattr(getattr(s.model, "config", None), "max_position_embeddings", None)
         rollout = run_episodes(
@@ -62,7 +67,9 @@ def roll_out(task: Task, sampler: Sampler, problems: list[Problem], group_size: 
         device = next(s.model.parameters()).device
         rollout.rewards, rollout.correct = rollout.rewards.to(device), rollout.correct.to(device)
         return Collected(rollout, 0, time.perf_counter() - t0, 0.0)
-    rollout = generate_rollout(s.engine, s.model, s.tokenizer, problems, group_size, s.sampling, s.render)
+    rollout = generate_rollout(
+        s.engine, s.model, s.tokenizer, problems, group_size, s.sampling, s.render, key=s.key
+    )
     t1 = time.perf_counter()
     errors = verify(task, rollout)
     return Collected(rollout, errors, t1 - t0, time.perf_counter() - t1)

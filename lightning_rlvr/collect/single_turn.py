@@ -14,6 +14,7 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..core.problem import Problem
+from ..core.rng import key_seed
 from ..core.rollout import Rollout
 from ..core.tensors import completion_mask_from_ids, left_pad
 from ..engines.base import RolloutEngine, Sampling
@@ -26,6 +27,8 @@ class Sampler:
     The module builds it from its engine, live model, tokenizer, sampling arguments and prompt
     format, and so do the warm start's checks, so every sampler of the project goes through one
     type. ``sampling.max_new_tokens`` is the completion budget (an environment's per-turn budget).
+    ``key`` (e.g. the run's seed and the step) asks for keyed sampling: each row draws from its
+    own stream, seeded by ``row_keys``; None draws from the global RNG stream.
     """
 
     engine: RolloutEngine
@@ -33,6 +36,13 @@ class Sampler:
     tokenizer: PreTrainedTokenizerBase
     sampling: Sampling
     render: Callable[[str], str] | None = None
+    key: tuple | None = None
+
+
+def row_keys(key: tuple, problems: list[Problem], group_size: int) -> list[int]:
+    """One seed a row: ``key``, the problem's identity (its prompt and answer, never its place in the
+    batch) and the sample's index in its group, so a row draws the same whatever rows surround it."""
+    return [key_seed(*key, p.prompt, p.answer, j) for p in problems for j in range(group_size)]
 
 
 def encode_prompts(
@@ -58,17 +68,20 @@ def generate_rollout(
     group_size: int,
     sampling: Sampling,
     render: Callable[[str], str] | None = None,
+    key: tuple | None = None,
 ) -> Rollout:
     """G completions for each of B prompts from ``engine``, assembled into a ``Rollout``.
 
     The part every engine shares: prompts are rendered and tokenised here (once per
     problem, then repeated G times), the engine continues the token contexts, and the
-    completion mask, decoded texts and group index are built from what it returns.
+    completion mask, decoded texts and group index are built from what it returns. With ``key``
+    the rows are sampled keyed (``row_keys``), else from the global stream.
     """
     device = next(model.parameters()).device
     ids, mask = (t.to(device) for t in encode_prompts(tokenizer, problems, render))  # [B, P]
+    keyed = {} if key is None else {"keys": row_keys(key, problems, group_size)}
     out = engine.generate(
-        model, ids, mask, group_size, sampling, tokenizer.pad_token_id, tokenizer.eos_token_id
+        model, ids, mask, group_size, sampling, tokenizer.pad_token_id, tokenizer.eos_token_id, **keyed
     )
     completion_ids = out.completion_ids  # [N, T], pad after the first EOS
     return Rollout(

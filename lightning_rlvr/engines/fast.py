@@ -38,7 +38,10 @@ compaction (``match_hf_rng``). So under the same seed it samples the same tokens
 as ``HFGenerateEngine`` except where float rounding (fused matmuls, a different
 norm kernel) flips a near-tie between two tokens; the tests check equality on the
 tiny model. ``match_hf_rng=False`` draws only for live rows (cheaper for large
-vocabularies; different, equally distributed samples).
+vocabularies; different, equally distributed samples). With ``keys`` (keyed sampling) each row
+draws from its own stream (``core.rng.RowStreams``), one draw a live row a step as
+``HFGenerateEngine`` does, so the two engines sample the same tokens for a row whatever the batch
+and its compaction.
 
 Log-probs. The engine reports ``log softmax(logits)[token]`` of each sampled
 token at temperature 1 (``Generation.logp``), the quantity the trainer computes
@@ -58,6 +61,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.errors import RLVRError
+from ..core.rng import RowStreams
 from . import kv_reuse
 from .base import Generation, RolloutEngine, Sampling
 from .sampling import exponential, process_logits
@@ -200,6 +204,8 @@ class FastEngine(RolloutEngine):
             of it (the next turn of an episode) run only their new tokens.
     """
 
+    supports_keys = True
+
     def __init__(
         self, compact_at: float = 0.75, match_hf_rng: bool = True, reuse_prefix: bool = True
     ) -> None:
@@ -223,9 +229,11 @@ class FastEngine(RolloutEngine):
         sampling: Sampling,
         pad_id: int,
         eos_id: int,
+        keys: list[int] | None = None,
     ) -> Generation:
         w = llama_weights(model)
         device = context_ids.device
+        streams = RowStreams(keys, device) if keys is not None and sampling.do_sample else None  # keyed rows
         B, P = context_ids.shape
         N, T = B * n, sampling.max_new_tokens
         if T < 1:
@@ -262,7 +270,7 @@ class FastEngine(RolloutEngine):
         rows = torch.arange(N, device=device)  # global row of each live batch row
         alive = torch.ones(N, dtype=torch.bool, device=device)  # [n_live] not yet at EOS
         for t in range(T):
-            token, logp = self._sample(logits, sampling, rows, N)
+            token, logp = self._sample(logits, sampling, rows, N, streams)
             out[rows, t] = token.masked_fill(~alive, pad_id)
             out_logp[rows, t] = logp.masked_fill(~alive, 0.0)
             alive &= token != eos_id
@@ -291,12 +299,16 @@ class FastEngine(RolloutEngine):
             self._kept = kv_reuse.keep(weights, context_ids, context_mask, n, done, t, eos_id, home)
         return Generation(completion_ids=out[:, : t + 1], logp=out_logp[:, : t + 1])
 
-    def _sample(self, logits: Tensor, sampling: Sampling, rows: Tensor, N: int) -> tuple[Tensor, Tensor]:
+    def _sample(
+        self, logits: Tensor, sampling: Sampling, rows: Tensor, N: int, streams: RowStreams | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Next token and its temperature-1 log-prob for each live row: [n], [n]."""
         logits = logits.float()
         if sampling.do_sample:
             probs = process_logits(logits, sampling).softmax(-1)  # [n, V]
-            if self.match_hf_rng:  # multinomial(probs, 1) == argmax(probs / Exp(1)), drawn for all N rows
+            if streams is not None:  # keyed: each live row's own next draw
+                noise = streams.exponential(rows.tolist(), probs.shape[-1])
+            elif self.match_hf_rng:  # multinomial(probs, 1) == argmax(probs / Exp(1)), drawn for all N rows
                 noise = exponential((N, probs.shape[-1]), probs.device)
                 noise = noise if len(rows) == N else noise[rows]
             else:

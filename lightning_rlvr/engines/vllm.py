@@ -162,7 +162,13 @@ class VLLMEngine(RolloutEngine):
         sampling: Sampling,
         pad_id: int,
         eos_id: int,
+        keys: list[int] | None = None,
     ) -> Generation:
+        if keys is not None:
+            raise RLVRError(
+                "VLLMEngine samples from vLLM's own stream, not keyed by row; "
+                "set model.sampling_key: stream, or use the HF or fast engine for keyed sampling"
+            )
         if self._llm is not None and self._is_lora(model) != self._lora_mode:
             self._stop()  # e.g. the warm start sampled the bare model, RL samples it with adapters
         if self._llm is None:
