@@ -38,6 +38,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+import zlib
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -51,6 +52,7 @@ from .collect import Collected, Sampler, roll_out
 from .collect.continuations import EngineSampler
 from .collect.dynamic_sampling import DynamicSampling, extra_index
 from .core.distributed import any_rank, shard_policy, world_size
+from .core.errors import RLVRError
 from .core.objectives import zero_std_groups
 from .core.problem import Problem
 from .core.rollout import Rollout
@@ -95,6 +97,11 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         prompt_format: chat template or plain template around each prompt (default: ``PromptFormat()``,
             the tokenizer's chat template when it has one, else the prompt as is).
         engine: how completions are sampled (default: ``HFGenerateEngine``, Hugging Face ``generate``).
+        sampling_key: where training rollouts draw their random numbers. ``stream`` (default): the global
+            RNG stream, as every committed run did, so one changed draw shifts every later one.
+            ``keyed``: row by row from a stream seeded by (the run's seed, the step, the problem, the
+            sample's index), so two runs (two methods) with one seed sample the same completions
+            while their policies agree: common random numbers (single-turn tasks; HF and fast engines).
         group_size: completions per prompt (G).
         max_new_tokens: completion budget (L_max).
         temperature: sampling temperature for rollouts and evaluation.
@@ -142,6 +149,7 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         dynamic_sampling: DynamicSampling | None = None,
         prompt_format: PromptFormat | None = None,
         engine: RolloutEngine | None = None,
+        sampling_key: str = "stream",
         group_size: int = 8,
         max_new_tokens: int = 48,
         temperature: float = 1.0,
@@ -166,6 +174,7 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         gradient_checkpointing: bool = False,
         collapse_guard: CollapseGuard | None = None,
     ) -> None:
+        seed = torch.initial_seed()  # the run's seed (seed_everything), before anything reseeds
         super().__init__()
         check_settings(
             {
@@ -200,6 +209,14 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         self.dynamic_sampling = dynamic_sampling
         self.prompt_format = prompt_format if prompt_format is not None else PromptFormat()
         self.engine = engine or HFGenerateEngine()
+        if sampling_key not in ("stream", "keyed"):
+            raise RLVRError(f"model.sampling_key must be 'stream' or 'keyed', not {sampling_key!r}")
+        if sampling_key == "keyed" and not self.engine.supports_keys:
+            raise RLVRError(
+                f"{type(self.engine).__name__} cannot sample keyed rows; set model.sampling_key: stream "
+                "or use model.engine HFGenerateEngine or FastEngine"
+            )
+        self.sampling_key, self.sampling_seed = sampling_key, seed
         self.group_size = group_size
         # The sampling settings, built once: rollouts, evaluation and continuations all read this.
         self.sampling = Sampling(max_new_tokens, temperature, top_p, top_k)
@@ -305,8 +322,12 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         """
         rounds: list[Collected] = []
 
+        sampler = self.sampler
+        if self.sampling_key == "keyed":  # common random numbers: rows keyed by (seed, step, problem, sample)
+            sampler.key = (self.sampling_seed, self.rl_step)
+
         def draw(batch: list[Problem]) -> Rollout:
-            rounds.append(roll_out(self.task, self.sampler, batch, self.group_size))
+            rounds.append(roll_out(self.task, sampler, batch, self.group_size))
             return rounds[-1].rollout
 
         if self.dynamic_sampling is None:
@@ -365,6 +386,10 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
             "train/frac_zero_std": zero_std_groups(rollout.rewards, rollout.group).float().mean(),
             "train/completion_len": lengths.mean(),
             "train/verifier_errors": float(errors),
+            # which completions were sampled (24 bits, exact in float32): equal in two runs = one rollout
+            "train/rollout_hash": float(
+                zlib.crc32(rollout.completion_ids.cpu().numpy().tobytes()) & 0xFFFFFF
+            ),
             "time/rollout_s": t1 - t0,
             "time/score_s": t2 - t1,  # verifier + rollout-time log-prob pass or fused forward, if any
             "time/credit_s": t3 - t2,

@@ -54,8 +54,13 @@ class RolloutEngine:
     """Base class: ``generate`` completions for token contexts; ``sync_weights`` after each update.
 
     ``model`` is the live policy (possibly LoRA-wrapped or FSDP-sharded); engines
-    that hold their own weights may ignore it after their first call.
+    that hold their own weights may ignore it after their first call. ``keys`` (one integer a
+    row, N = B * n) asks for keyed sampling: row ``i`` draws from its own stream seeded by
+    ``keys[i]`` (``core.rng.RowStreams``), not from the global RNG; engines that can set
+    ``supports_keys``.
     """
+
+    supports_keys: bool = False
 
     def generate(
         self,
@@ -66,6 +71,7 @@ class RolloutEngine:
         sampling: Sampling,
         pad_id: int,
         eos_id: int,
+        keys: list[int] | None = None,
     ) -> Generation:
         raise NotImplementedError
 
