@@ -15,6 +15,7 @@ from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
 from lightning_rlvr.collect import Collected, Sampler, roll_out
 from lightning_rlvr.collect.continuations import EngineSampler
 from lightning_rlvr.collect.dynamic_sampling import extra_index
+from lightning_rlvr.collect.episodes import action_text
 from lightning_rlvr.core.problem import Problem, Verdict
 from lightning_rlvr.data import TrainStream, stream_slot
 from lightning_rlvr.engines.base import Sampling
@@ -57,8 +58,20 @@ def test_an_environment_batch_comes_back_scored_by_the_game() -> None:
     torch.manual_seed(0)
     out = roll_out(env, sampler, [env.problem("train", i) for i in range(2)], 3)
     r = out.rollout
-    assert r.num_rows == 6 and r.rewards is not None and r.correct is not None and r.policy_mask is not None
-    assert out.verify_s == 0.0 and out.verifier_errors == 0
+    assert r.num_rows == 6 and out.verify_s == 0.0 and out.verifier_errors == 0
+    # each row's reward and verdict are what the game gives when its own actions are replayed
+    for i in range(r.num_rows):
+        replay = env.clone()
+        replay.reset(env.problem("train", i // 3))
+        verdict = replay.verdict_at_limit()
+        for turn in range(int(r.turn_index[i].max()) + 1):
+            ids = r.completion_ids[i][(r.policy_mask[i] == 1) & (r.turn_index[i] == turn)].tolist()
+            _, done, step_verdict = replay.step(action_text(tok, ids))
+            if done:
+                verdict = step_verdict
+                break
+        assert r.rewards[i].item() == verdict.reward and bool(r.correct[i]) is bool(verdict.correct), i
+    assert bool(r.policy_mask.any()) and not bool(r.policy_mask.all())  # actions, not observations
 
 
 def module(**kwargs) -> RLVRModule:

@@ -148,10 +148,27 @@ def test_the_net_advantage_says_which_way_the_update_pushes(credit, sign, tmp_pa
         assert size > 0 and net < -0.1 * size  # the failed rollouts' push dominates
 
 
-def test_one_switch_turns_prompt_sharing_off_in_the_update_and_the_scorer():
-    module = tiny_module(task=AdditionTask(digits=1), share_prompts=False)
-    assert module.scorer(module.model, None).share_prompts is False
-    assert tiny_module(task=AdditionTask(digits=1)).scorer(None, None).share_prompts is True
+@pytest.mark.parametrize("share", [False, True])
+def test_one_switch_turns_prompt_sharing_off_in_the_update_and_the_scorer(share, monkeypatch):
+    """What each pass runs, not an attribute: the update's micro-batches run a group's prompt once (``heads``)
+    exactly when the switch is on, and so does the scorer's policy pass."""
+    import lightning_rlvr.scoring.scorer as scorer_module
+
+    real, scorer_batches = scorer_module.micro_batches, []
+
+    def recording(*args, **kwargs):
+        scorer_batches.extend(real(*args, **kwargs))
+        return scorer_batches[-len(real(*args, **kwargs)) :]
+
+    monkeypatch.setattr(scorer_module, "micro_batches", recording)
+    module = tiny_module(task=AdditionTask(digits=1), share_prompts=share)
+    torch.manual_seed(0)
+    rollout = module.rollout([module.task.problem("train", i) for i in range(2)], 4)  # 2 prompts x 4 rows
+    update_batches = module.micro_batches(rollout, torch.arange(rollout.num_rows))
+    module.scorer(module.model, rollout).policy()
+    assert update_batches and scorer_batches
+    assert any(mb.heads is not None for mb in update_batches) is share
+    assert any(mb.heads is not None for mb in scorer_batches) is share
 
 
 def test_how_often_validation_runs_does_not_change_training(tmp_path):
