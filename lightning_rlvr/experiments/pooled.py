@@ -26,7 +26,9 @@ is chi-square with k - 1 degrees of freedom, and pooling is refused when its p i
 of equal variances under normality, so the most powerful with the 3-10 seeds a sweep has, where
 Brown-Forsythe's median-centred deviations are degenerate (with 3 seeds one of each arm's three is 0)
 and Levene's have almost no power. Its known fault, rejecting too often when tails are heavy, errs on the
-safe side here: a refused pool falls back on the paired t, never on a narrower interval.
+safe side here: a refused pool falls back on the paired t, never on a narrower interval. Its weakness is
+few arms: the fit spreads 1/k of one arm's noise onto every other arm, so with 4 arms even a 20x wider arm
+can pass (p ~0.06 on 6 seeds), while with 6 arms a 5x wider one is refused (p < 0.01; tests/test_pooled.py).
 
 Collapsed arms (every run at 0, or a mean below the report's ``collapse_floor``) are left out of the
 pool: their zero spread would shrink sigma and make every other comparison look sharper than it is.
