@@ -26,9 +26,9 @@ is one plain word (``Monday``); ``text`` keeps any candidate of at most ``max_wo
 whose answers are words) exactly as written: only the marker and the whitespace around it are dropped
 (a dataset's own scorer compares that text, so ``<answer>8 or 1.</answer>`` stays ``8 or 1.``).
 A candidate of the wrong kind (``#### It's apropos`` for a number) is skipped and the next format is
-tried. For ``number``, ``last`` reads the result of the last equation when everything after it only
-restates numbers already written (``25 + 31 = 56  This is the result of 25 + 31`` is 56, not 31);
-a completion still commits to one number, so listing many never helps.
+tried. For ``number``, ``last`` skips numbers after the last equation's result that restate numbers
+written before its ``=`` (``25 + 31 = 56  This is the result of 25 + 31`` is 56, not 31); a completion
+still commits to one number, so listing many never helps.
 ``formatted`` says whether the answer came from a marker rather than the ``last`` fallback: the
 ``train/format_ok`` metric, and what ``format_reward`` pays for a wrong answer in a recognised format.
 """
@@ -109,8 +109,8 @@ def canonical_number(text: str) -> str:
 
 
 def last_number(text: str) -> re.Match | None:
-    """The number the ``last`` format reads: the last one, unless everything after the result of the last
-    equation only restates numbers written before that ``=`` (then that result; see the module)."""
+    """The number the ``last`` format reads: the last one, except that after the result of the last
+    equation, numbers that restate numbers written before its ``=`` are skipped (see the module)."""
     numbers = list(SIGNED_NUMBER.finditer(text))
     results = list(_RESULT.finditer(text))
     if not numbers or not results:
@@ -118,9 +118,10 @@ def last_number(text: str) -> re.Match | None:
     result = results[-1]
     before = {number_value(m.group()) for m in numbers if m.end() <= result.start()}
     after = [m for m in numbers if m.start() >= result.end()]
-    if before and all(number_value(m.group()) in before for m in after):
-        return next(m for m in numbers if m.start() == result.start(1))
-    return numbers[-1]
+    if not before:
+        return numbers[-1]
+    new = [m for m in after if number_value(m.group()) not in before]
+    return new[-1] if new else next(m for m in numbers if m.start() == result.start(1))
 
 
 def first_sentence(text: str) -> str:

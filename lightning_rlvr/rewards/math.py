@@ -84,12 +84,15 @@ def completion_answer(completion: str, parser: AnswerParser = MATH_ANSWERS) -> s
     return None if found is None or found[1] == "last" else found[0]
 
 
-def trailing_list(completion: str) -> str | None:
-    """The list of numbers (``3, 5``, ``(1, 5)``) that holds the completion's last number, if any."""
+def trailing_list(completion: str, at: int | None = None) -> str | None:
+    """The list of numbers (``3, 5``, ``(1, 5)``) that holds the completion's last number (or the number
+    starting at offset ``at``), if any."""
     numbers = list(_NUMBER.finditer(completion))
-    lists = list(_LIST.finditer(completion))
-    if numbers and lists and lists[-1].start() <= numbers[-1].start() < lists[-1].end():
-        return lists[-1].group().strip()
+    if at is None and numbers:
+        at = numbers[-1].start()
+    for found in _LIST.finditer(completion) if at is not None else ():
+        if found.start() <= at < found.end():
+            return found.group().strip()
     return None
 
 
