@@ -9,12 +9,42 @@ cached float copy), so the frozen weights are left out (SmolLM2-135M: 568 MB -> 
 ``rlvr.base`` records it. ``resume``, ``test`` and ``export`` rebuild the module from the checkpoint's
 hyperparameters, which load the same base, and the missing frozen keys are filled from it before the
 state dict is restored. With a warm start the base was trained before LoRA, so the whole model is kept.
+
+Before anything is restored the checkpoint's weights are compared with the model its settings build
+(``weight_mismatches``): a parameter of another shape, or one that only one side has, is one
+``RLVRError`` line instead of a ``load_state_dict`` traceback (``cli/ckpt_settings.py`` names the flag
+that caused it; ``export`` and the credit lab, which take no model flags, get this line).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from .core.errors import RLVRError
 from .core.state import capture_rng
 from .credit.base import rank_state
+
+
+def _shape(value: Any) -> list[int]:
+    return list(getattr(value, "shape", ()))
+
+
+def weight_mismatches(built: dict[str, Any], saved: dict[str, Any], *, shown: int = 2) -> list[str]:
+    """What keeps ``saved`` (a checkpoint's state dict) from loading into a model whose state dict is
+    ``built``: parameters of another shape, and parameters only one side has; [] when it fits."""
+    out = [
+        f"{key} is {_shape(saved[key])} in the checkpoint, {_shape(built[key])} here"
+        for key in built
+        if key in saved and _shape(saved[key]) != _shape(built[key])
+    ][:shown]
+    for keys, what in (
+        ([k for k in built if k not in saved], "parameters the checkpoint lacks"),
+        ([k for k in saved if k not in built], "checkpoint parameters this model lacks"),
+    ):
+        if keys:
+            more = ", ..." if len(keys) > shown else ""
+            out.append(f"{len(keys)} {what} ({', '.join(keys[:shown])}{more})")
+    return out
 
 
 class CheckpointState:
@@ -47,6 +77,13 @@ class CheckpointState:
         if "base" in state:  # a LoRA checkpoint without the frozen base: take it from the loaded policy
             own, saved = self.state_dict(), checkpoint["state_dict"]
             saved.update({k: own[k] for k in self.frozen_base_keys() if k not in saved})
+        problems = weight_mismatches(self.state_dict(), checkpoint["state_dict"])
+        if problems:
+            raise RLVRError(
+                f"the checkpoint's weights do not fit the model its settings build ({'; '.join(problems)}): "
+                "its model.policy now loads another model than it was trained from; load it where its "
+                "policy source (hub id, directory or GGUF file) is the one it was trained with"
+            )
         credit_state = checkpoint.get("callbacks", {}).get(self.credit.state_key)
         if credit_state is not None:  # Lightning restores callbacks only when fitting; test needs it too
             self.credit.load_state_dict(rank_state(credit_state))

@@ -47,7 +47,6 @@ from ..checkpoints import (
     read_checkpoint,
     release_claims,
     resolve_ckpt_path,
-    warn,
 )
 from ..core.console import StepProgressBar, quiet_lightning_tips
 from ..core.errors import RLVRError, exit_with_one_line, user_error, yaml_problem
@@ -55,6 +54,7 @@ from ..core.files import write_text
 from ..core.process import FIT_REPORT_ENV, adopt_parent_from_env, die_with_parent
 from ..data import RLVRDataModule
 from ..module import RLVRModule
+from .ckpt_settings import merge_with_checkpoint
 from .compose import check_loss_settings_agree
 from .options import (
     SUBCOMMAND_HELP,
@@ -63,6 +63,7 @@ from .options import (
     import_plugins,
     log_beside_run,
 )
+from .signals import PhaseNames, attach, stop_on_signals
 
 ROOT = "${trainer.default_root_dir}"  # replaced by the run's trainer.default_root_dir
 DEFAULT_ROOT_DIR = "runs"
@@ -150,10 +151,8 @@ class RLVRCLI(LightningCLI):
             return
         if "_class_path" in hparams:
             hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
-        flags = _model_flags(getattr(self, "_argv", []))
-        for path, value in flags:  # the user's own flags win
-            _set_path(hparams, path, value)
-        _report_replaced_settings(getattr(self, "_argv", []), hparams, {tuple(p) for p, _ in flags})
+        # flags win, class swaps replace, a shape change is one error line (cli/ckpt_settings.py)
+        hparams = merge_with_checkpoint(hparams, argv, checkpoint.get("state_dict"))
         self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
 
     def before_instantiate_classes(self) -> None:
@@ -183,7 +182,9 @@ class RLVRCLI(LightningCLI):
             isinstance(c, ProgressBar) for c in given
         ):
             callbacks = [*callbacks, StepProgressBar()]  # "step 12/100", not "Epoch 0/-2"
-        return super()._instantiate_trainer(config, callbacks)
+        trainer = super()._instantiate_trainer(config, [*callbacks, PhaseNames()])  # what a stop names
+        attach(self.subcommand, self.config[self.subcommand] if self.subcommand else self.config, trainer)
+        return trainer
 
     def after_fit(self) -> None:
         """Tell a caller (the sweep) which checkpoint this fit ended with: it tests that one, by path."""
@@ -192,72 +193,6 @@ class RLVRCLI(LightningCLI):
         if report and self.trainer.is_global_zero and callback is not None and not self.trainer.interrupted:
             last = callback.last_model_path or callback.best_model_path
             write_text(report, json.dumps({"ckpt_path": last, "global_step": self.trainer.global_step}))
-
-
-def _config_model_settings(argv: list[str]) -> dict[tuple[str, ...], Any]:
-    """The leaf settings under ``model:`` in the ``--config`` files of a command line (later files win)."""
-    out: dict[tuple[str, ...], Any] = {}
-
-    def walk(node: Any, path: tuple[str, ...]) -> None:
-        if isinstance(node, dict) and node:
-            for key, value in node.items():
-                walk(value, (*path, str(key)))
-        else:
-            out[path] = node
-
-    for i, arg in enumerate(argv):
-        value = argv[i + 1] if arg in ("--config", "-c") and i + 1 < len(argv) else None
-        value = arg.split("=", 1)[1] if arg.startswith("--config=") else value
-        if value and Path(value).is_file():
-            data = yaml.safe_load(Path(value).read_text()) or {}
-            if isinstance(data, dict) and isinstance(data.get("model"), dict):
-                walk(data["model"], ())
-    return out
-
-
-def _report_replaced_settings(argv: list[str], hparams: dict, flagged: set[tuple[str, ...]]) -> None:
-    """One warning line naming the ``--config`` model settings the checkpoint's settings replace."""
-    replaced = []
-    for path, value in _config_model_settings(argv).items():
-        node: Any = hparams
-        for key in path:
-            node = node.get(key, _MISSING) if isinstance(node, dict) else _MISSING
-        if path not in flagged and node is not _MISSING and node != value:
-            replaced.append(f"model.{'.'.join(path)} ({value!r} -> {node!r})")
-    if replaced:
-        warn(
-            f"--ckpt_path: the checkpoint's model settings replace the --config's {', '.join(replaced)}; "
-            "pass --model.KEY VALUE on the command line to override the checkpoint"
-        )
-
-
-_MISSING = object()
-
-
-def _model_flags(argv: list[str]) -> list[tuple[list[str], Any]]:
-    """The ``--model.a.b value`` / ``--model.a.b=value`` flags of a command line, values parsed as YAML
-    (as the parser reads a flag's value): with ``--ckpt_path`` they apply over the checkpoint's
-    hyperparameters, so ``test --ckpt_path c --model.eval_samples 8`` tests with 8 samples."""
-    out = []
-    for i, token in enumerate(argv):
-        if not token.startswith("--model."):
-            continue
-        key, eq, value = token[2:].partition("=")
-        if not eq:
-            if i + 1 >= len(argv):
-                continue  # the parser has already rejected a flag without a value
-            value = argv[i + 1]
-        out.append((key.split(".")[1:], yaml.safe_load(value)))
-    return out
-
-
-def _set_path(tree: dict, path: list[str], value: Any) -> None:
-    """``tree[a][b]... = value`` for ``path`` [a, b, ...], making the dicts on the way."""
-    for key in path[:-1]:
-        if not isinstance(tree.get(key), dict):
-            tree[key] = {}
-        tree = tree[key]
-    tree[path[-1]] = value
 
 
 def resolve_output_paths(config: Any) -> None:
@@ -307,7 +242,8 @@ def main(args: list[str] | None = None) -> None:
 
         export_main(argv[1:])
         return
-    run(args)
+    with stop_on_signals():  # SIGINT, SIGTERM, SIGUSR1/2: stop within seconds, one line, 128 + signal
+        run(args)
 
 
 def run(args: list[str] | None = None) -> RLVRCLI:
