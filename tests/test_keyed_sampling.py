@@ -3,6 +3,8 @@ so engines, batch composition and compaction do not change what a row samples.""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -15,6 +17,7 @@ from lightning_rlvr.engines.base import Sampling
 from lightning_rlvr.engines.fast import FastEngine
 from lightning_rlvr.engines.hf import HFGenerateEngine
 from lightning_rlvr.engines.vllm import VLLMEngine
+from tests.conftest import REPO
 from tests.toy_env import EchoWords
 
 POLICY = TinyPolicy(layers=2, hidden=32, heads=4, intermediate=64, max_positions=96)
@@ -126,3 +129,37 @@ def test_engines_that_cannot_key_and_environments_refuse_keyed_sampling():
     env = EchoWords()
     with pytest.raises(RLVRError, match="keyed sampling covers single-turn tasks"):
         roll_out(env, sampler, [env.train_problem(0)], 2)
+
+
+def _coupling_script():
+    spec = importlib.util.spec_from_file_location("bench_coupling", REPO / "benchmarks" / "coupling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_coupling_counts_the_steps_two_methods_sample_one_rollout(tmp_path, capsys):
+    hashes = {  # per run: the step hashes; grpo and drgrpo share seed 0's first two steps when keyed
+        ("grpo", "keyed"): [1, 2, 3, 4],
+        ("dr", "keyed"): [1, 2, 9, 4],
+        ("grpo", "stream"): [1, 2, 3, 4],
+        ("dr", "stream"): [1, 5, 6, 7],
+    }
+    rows = ["run_id,method,sampling_key,seed,test/pass@1"]
+    for (method, key), values in hashes.items():
+        for seed, score in [(0, 0.5), (1, 0.6)]:
+            run = f"{method}__{key}__{seed}"
+            score += 0.1 * (method == "dr") + 0.05 * seed * (method == "dr") * (key == "stream")
+            rows.append(f"{run},{method},{key},{seed},{score}")
+            fit = tmp_path / "runs" / run / "logs" / "fit"
+            fit.mkdir(parents=True)
+            lines = ["step,train/rollout_hash,val/pass@1"] + [f"{s},{h}.0," for s, h in enumerate(values)]
+            (fit / "metrics.csv").write_text("\n".join([*lines, "4,,0.5"]) + "\n")
+    (tmp_path / "results.csv").write_text("\n".join(rows) + "\n")
+    assert _coupling_script().main([str(tmp_path)]) == 0
+    text = (tmp_path / "coupling.md").read_text()
+    assert "| keyed | 0 | 2 | 3 | 4 | +10.0 |" in text and "| stream | 1 | 1 | 1 | 4 | +15.0 |" in text
+    assert "| keyed | 2 | 2 | +10.00 | 0.00 |" in text and "| stream | 2 | 1 | +12.50 | 3.54 |" in text
+    (tmp_path / "results.csv").write_text("run_id,method,seed,test/pass@1\n")
+    assert _coupling_script().main([str(tmp_path)]) == 2
+    assert "no column 'sampling_key'" in capsys.readouterr().err
