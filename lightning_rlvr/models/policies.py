@@ -208,7 +208,11 @@ class PretrainedPolicy(PolicySource):
 
 def apply_lora(model: PreTrainedModel, lora: dict[str, Any]) -> PreTrainedModel:
     """Wrap ``model`` with ``peft`` LoRA adapters; ``lora`` holds ``peft.LoraConfig`` fields."""
+    import warnings
+
     from peft import LoraConfig, get_peft_model
 
     config = {"task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16, "target_modules": "all-linear", **lora}
-    return get_peft_model(model, LoraConfig(**config))
+    with warnings.catch_warnings():  # peft reads is_gradient_checkpointing, deprecated in transformers 5
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        return get_peft_model(model, LoraConfig(**config))
