@@ -92,6 +92,9 @@ class Evaluation:
             self._per_prompt += rollout_rows(rollout, max(0, self.log_samples - len(self._per_prompt)))
         if stage is not None:
             self._write_eval_samples(stage, batch_idx, rollout)
+        if stage is not None:  # completions the budget cut (max_new_tokens without EOS)
+            cut = rollout.truncated(self.max_new_tokens).float().mean()
+            self.log(f"{stage}/truncated_frac", cut, on_epoch=True, batch_size=rollout.num_rows)
         for k, metric in metrics.items():
             metric.update(correct)
             if stage is not None:

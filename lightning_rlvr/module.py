@@ -242,6 +242,8 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
 
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
+        if stage == "fit":
+            self.task.size("train")  # a task without training data (JsonlTask, no train_file) says so here
         if stage == "fit" and self.warm_start is not None and self.warm_start_summary is None:
             self.warm_start_summary = self.warm_start.run(
                 self.model,
@@ -385,6 +387,7 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
             "train/reward_std": rollout.rewards.std() if rollout.num_rows > 1 else torch.tensor(0.0),
             "train/frac_zero_std": zero_std_groups(rollout.rewards, rollout.group).float().mean(),
             "train/completion_len": lengths.mean(),
+            "train/truncated_frac": rollout.truncated(self.max_new_tokens).float().mean(),
             "train/verifier_errors": float(errors),
             # which completions were sampled (24 bits, exact in float32): equal in two runs = one rollout
             "train/rollout_hash": float(

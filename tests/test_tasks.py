@@ -131,3 +131,22 @@ def test_exact_match_keeps_commas_between_numbers_and_drops_only_thousands_separ
     _write_jsonl(path, [{"question": "q", "answer": gold}])
     task = JsonlTask(str(path), str(path))
     assert task.check(completion, task.problem("train", 0)).reward == reward
+
+
+def test_jsonl_config_tests_from_a_test_file_and_fit_without_train_file_is_one_line(
+    run_cli, tmp_path, capsys
+):
+    from tests.conftest import QUICKSTART, REPO, TINY
+
+    data = tmp_path / "test.jsonl"
+    _write_jsonl(data, [{"question": f"{a}+{a}=", "answer": f"{2 * a}.0"} for a in range(4)])
+    configs = (QUICKSTART, TINY, str(REPO / "configs/task/jsonl.yaml"))
+    flags = ["--model.task.init_args.test_file", str(data), "--model.warm_start", "null"]
+    cli = run_cli("test", *flags, "--data.test_size", "4", configs=configs)
+    assert cli.model.task.prompt_template() == "{question}" and cli.model.task.answers.kind == "number"
+    assert "test/pass@1" in cli.trainer.callback_metrics
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("fit", *flags, configs=configs)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "no train_file: fit needs one" in err and "Traceback" not in err

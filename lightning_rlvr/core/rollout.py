@@ -73,6 +73,14 @@ class Rollout:
         per_turn = torch.zeros(mask.shape[0], int(turns.max()) + 1, dtype=torch.long, device=mask.device)
         return per_turn.scatter_add_(1, turns, mask).max(-1).values  # [N]
 
+    def truncated(self, max_new_tokens: int) -> Tensor:  # [N] bool
+        """Rows the budget cut: a completion of ``max_new_tokens`` tokens without EOS (an episode: an
+        action that reached the budget), so a user can tell the budget, not the model, from failing."""
+        if self.turn_index is not None:
+            return self.action_lengths >= max_new_tokens
+        ended = ((self.completion_ids == self.eos_id) & self.completion_mask.bool()).any(-1)
+        return (self.lengths >= max_new_tokens) & ~ended
+
     @property
     def loss_mask(self) -> Tensor:  # [N, T]
         """1 where loss and credit apply: the policy's own tokens (all completion tokens if single-turn)."""

@@ -24,7 +24,8 @@ class MathTask(JsonlTask):
     """Math problems from local JSONL / JSON / CSV / parquet, checked by answer equivalence.
 
     Args:
-        train_file, test_file, val_file: rows per split (``val`` defaults to ``test``).
+        train_file, test_file, val_file: rows per split (``val`` defaults to ``test``; ``train`` is
+            needed by ``fit`` only).
         question_field: column with the problem (GSM8K: ``question``; MATH: ``problem``).
         answer_field: column with the answer or a worked solution that ends in it
             (GSM8K: ``answer`` with ``#### 42``; MATH: ``answer``, or ``solution`` with ``\\boxed{}``).
@@ -36,8 +37,8 @@ class MathTask(JsonlTask):
 
     def __init__(
         self,
-        train_file: str,
-        test_file: str,
+        train_file: str | None = None,
+        test_file: str | None = None,
         val_file: str | None = None,
         question_field: str = "question",
         answer_field: str = "answer",
