@@ -87,10 +87,10 @@ class Evidence:
         self.arm_axes = [a for a in axes if a in settings.baseline]
         self.budget_s = None if settings.budget_hours is None else settings.budget_hours * 3600
         self.pools: dict[tuple[tuple, str], Pool] = {}
-        strata: dict[tuple, dict[tuple, list[dict]]] = {}
+        strata: dict[tuple, dict[str, list[dict]]] = {}
         for row in self.rows:
             strata.setdefault(self._stratum(row), {}).setdefault(self._arm(row), []).append(row)
-        base = tuple(settings.baseline[a] for a in self.arm_axes)
+        base = ", ".join(settings.baseline[a] for a in self.arm_axes)
         for stratum, arms in strata.items():
             for metric in settings.compare:
                 if metric in TO_TARGET:  # censored at a run's end: not a two-way model's kind of number
@@ -109,8 +109,8 @@ class Evidence:
     def _stratum(self, cell: dict) -> tuple:
         return tuple(str(cell[a]) for a in self.axes if a not in self.arm_axes)
 
-    def _arm(self, cell: dict) -> tuple:
-        return tuple(str(cell[a]) for a in self.arm_axes)
+    def _arm(self, cell: dict) -> str:
+        return ", ".join(str(cell[a]) for a in self.arm_axes)
 
     def _members(self, cell: dict) -> list[dict]:
         return [
@@ -202,7 +202,7 @@ def pooled_section(entries: Sequence[dict], evidence: Evidence) -> str:
         if not p.arms:
             continue
         scale, _, dec = display(metric)
-        left = "; ".join(f"{', '.join(a)}: {why}" for a, why in p.excluded.items()) or "-"
+        left = "; ".join(f"{a}: {why}" for a, why in p.excluded.items()) or "-"
         said = "yes" if p.justified else f"no: {p.why}"
         bart = "-" if math.isnan(p.p_value) else f"{p.p_value:.3f}"
         row = [", ".join(stratum) or "-", metric, str(len(p.arms)), str(len(p.seeds)), str(p.df)]
