@@ -11,6 +11,7 @@ import math
 import torch
 from torch import Tensor
 
+from .core import stop
 from .core.distributed import all_sum, any_rank, world_size
 from .core.errors import RLVRError
 from .core.objectives import loss_weights
@@ -51,6 +52,7 @@ class PolicyUpdate:
             return None
         parts = []  # (micro-batch, logits [m, T_m, V] with graph, hidden [m, T_m, H])
         for mb in self.micro_batches(rollout, torch.arange(rollout.num_rows, device=self.device)):
+            stop.check("in an update micro-batch")  # a stop signal ends the run here (core/stop.py)
             parts.append((mb, *packed_forward(self.model, rollout, mb, hidden=hidden)))
         scorer.adopt_policy_pass(parts)
         return [(mb, logits) for mb, logits, _ in parts]
@@ -92,6 +94,7 @@ class PolicyUpdate:
                 pending = forwards or [(p, None) for p in self.micro_batches(rollout, mb)]
                 forwards = None  # fused forwards serve the first (when fused: the only) minibatch
                 while pending:
+                    stop.check("in an update micro-batch")  # a stop signal ends the run here (core/stop.py)
                     part, logits = pending.pop(0)  # a fused forward's graph is freed with its backward
                     if logits is None:
                         logits, _ = packed_forward(self.model, rollout, part)  # [m, T_m, V]

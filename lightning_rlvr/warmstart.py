@@ -45,6 +45,7 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM
 
 from .collect import Sampler, roll_out, worked_example
+from .core import stop
 from .core.files import atomic_dir, write_text
 from .core.paths import cache_root
 from .core.progress import Progress, say
@@ -217,7 +218,7 @@ class WarmStart:
                     say(f"warm start {key}: loaded from {path} ({_describe(summary)})")
                 return {**summary, "key": key, "cached": True}
         started = time.perf_counter()
-        with torch.random.fork_rng(devices=[]), torch_threads(self.threads):
+        with torch.random.fork_rng(devices=[]), torch_threads(self.threads), stop.during("the warm start"):
             torch.manual_seed(self.seed)
             summary = {**self._train(model, tokenizer, task, engine, render), "machine": machine()}
         summary["seconds"] = round(time.perf_counter() - started, 1)
@@ -307,6 +308,7 @@ class WarmStart:
             progress.set_postfix(acc=f"{acc:.2f}")
             target = math.inf if self.min_accuracy is None else self.min_accuracy
             while acc < target and step < self.max_steps:
+                stop.check("in a supervised step")  # a stop signal ends the run here; nothing is cached
                 batch = self._batch(tokenizer, task, step, render, memo)
                 input_ids, mask, labels = (t.to(device) for t in batch)
                 loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss

@@ -84,8 +84,8 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(said=exc_type is None)  # an error or a stop says itself, in one line: no "(done)"
 
     def _line(self, final: bool) -> str:
         elapsed = time.monotonic() - self.start
@@ -125,11 +125,12 @@ class Progress:
             self._last = now
             say(self._line(final=False), self.stream)
 
-    def close(self) -> None:
+    def close(self, said: bool = True) -> None:
+        """End the bar, or say the final plain line (``said=False``: end without it)."""
         if self._closed or not self.enabled:
             return
         self._closed = True
         if self._bar is not None:
             self._bar.close()
-        else:
+        elif said:
             say(self._line(final=True), self.stream)

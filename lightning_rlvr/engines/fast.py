@@ -60,6 +60,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..core import stop
 from ..core.errors import RLVRError
 from ..core.rng import RowStreams
 from . import kv_reuse
@@ -241,6 +242,7 @@ class FastEngine(RolloutEngine):
         Hkv, D = w.kv_heads, w.head_dim
         rot = rotary_table(w, P + T, device)  # [P + T, D/2]
 
+        stop.check("while generating tokens")  # and before every token below
         # prefill the B distinct contexts, then repeat their cache for the n samples of each
         # additive key mask of fixed width S = P + T, one row per (row, kv head): 0 where a key is visible
         keys = torch.full((B, Hkv, 1, P + T), float("-inf"), dtype=w.embed.dtype, device=device)
@@ -270,6 +272,7 @@ class FastEngine(RolloutEngine):
         rows = torch.arange(N, device=device)  # global row of each live batch row
         alive = torch.ones(N, dtype=torch.bool, device=device)  # [n_live] not yet at EOS
         for t in range(T):
+            stop.check("while generating tokens")  # a stop signal ends the run here (core/stop.py)
             token, logp = self._sample(logits, sampling, rows, N, streams)
             out[rows, t] = token.masked_fill(~alive, pad_id)
             out_logp[rows, t] = logp.masked_fill(~alive, 0.0)

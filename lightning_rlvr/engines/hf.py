@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
+from ..core import stop
 from ..core.distributed import world_size
 from ..core.rng import RowStreams
 from ..core.tensors import completion_mask_from_ids
@@ -39,6 +40,14 @@ class KeyedDraw(LogitsProcessor):
         return torch.full_like(scores, float("-inf")).scatter_(-1, token[:, None], 0.0)
 
 
+class StopCheck(StoppingCriteria):
+    """A safe point after every generated token: a stop signal ends the run there (``core/stop.py``)."""
+
+    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs) -> Tensor:
+        stop.check("while generating tokens")
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
 class HFGenerateEngine(RolloutEngine):
     """Hugging Face ``generate`` on the live policy (works for any causal LM, LoRA and FSDP included)."""
 
@@ -56,6 +65,7 @@ class HFGenerateEngine(RolloutEngine):
         eos_id: int,
         keys: list[int] | None = None,
     ) -> Generation:
+        stop.check("while generating tokens")  # and after every token (StopCheck)
         ids = context_ids.repeat_interleave(n, 0)  # [N, P]
         mask = context_mask.repeat_interleave(n, 0)  # [N, P]
         was_training = model.training
@@ -79,6 +89,7 @@ class HFGenerateEngine(RolloutEngine):
             pad_token_id=pad_id,
             use_cache=True,
             synced_gpus=world_size() > 1,  # every rank keeps stepping until all are done (FSDP)
+            stopping_criteria=StoppingCriteriaList([StopCheck()]),
             **extra,
         )
         model.train(was_training)

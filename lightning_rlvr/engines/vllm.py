@@ -29,6 +29,7 @@ import tempfile
 import torch
 from torch import Tensor
 
+from ..core import stop
 from ..core.errors import RLVRError
 from .base import Generation, RolloutEngine, Sampling
 
@@ -194,6 +195,7 @@ class VLLMEngine(RolloutEngine):
         prompts = [
             TokensPrompt(prompt_token_ids=row[m.bool()].tolist()) for row, m in zip(context_ids, context_mask)
         ]
+        stop.check("while generating tokens")  # one call on the GPU: the stop is checked before it
         outputs = self._llm.generate(prompts, params, lora_request=self._lora, use_tqdm=False)
         if self.sleep:
             self._llm.sleep(level=1)
