@@ -55,6 +55,7 @@ from .core.distributed import any_rank, shard_policy, world_size
 from .core.errors import RLVRError
 from .core.objectives import zero_std_groups
 from .core.problem import Problem
+from .core.progress import say
 from .core.rollout import Rollout
 from .core.state import plain_value, restore_rng
 from .core.validation import check_settings
@@ -62,7 +63,7 @@ from .credit.base import CreditAssigner
 from .credit.grpo import GRPOCredit
 from .data import stream_slot
 from .engines.base import RolloutEngine, Sampling
-from .engines.hf import HFGenerateEngine
+from .engines.choose import default_engine
 from .evaluation import Evaluation
 from .guard import CollapseGuard
 from .losses import PolicyLoss, PPOClip
@@ -96,7 +97,8 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         dynamic_sampling: keep only informative groups, sampling more prompts (DAPO).
         prompt_format: chat template or plain template around each prompt (default: ``PromptFormat()``,
             the tokenizer's chat template when it has one, else the prompt as is).
-        engine: how completions are sampled (default: ``HFGenerateEngine``, Hugging Face ``generate``).
+        engine: how completions are sampled (default: ``FastEngine`` where it is exact for the policy,
+            else ``HFGenerateEngine``; ``engines/choose.py``).
         sampling_key: where training rollouts draw their random numbers. ``stream`` (default): the global
             RNG stream, as every committed run did, so one changed draw shifts every later one.
             ``keyed``: row by row from a stream seeded by (the run's seed, the step, the problem, the
@@ -208,7 +210,11 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         self.reward_shaping = list(reward_shaping or [])
         self.dynamic_sampling = dynamic_sampling
         self.prompt_format = prompt_format if prompt_format is not None else PromptFormat()
-        self.engine = engine or HFGenerateEngine()
+        self.settings_lines = [self.prompt_format.describe(self.tokenizer)]  # said when a run starts
+        if engine is None:  # FastEngine where it samples as generate does, else generate (engines/choose.py)
+            engine, line = default_engine(self.model)
+            self.settings_lines.insert(0, line)
+        self.engine = engine
         if sampling_key not in ("stream", "keyed"):
             raise RLVRError(f"model.sampling_key must be 'stream' or 'keyed', not {sampling_key!r}")
         if sampling_key == "keyed" and not self.engine.supports_keys:
@@ -242,6 +248,8 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
 
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
+        while self.settings_lines and self.global_rank == 0:  # the chosen engine and prompt layout, once
+            say(self.settings_lines.pop(0))
         if stage == "fit":
             self.task.size("train")  # a task without training data (JsonlTask, no train_file) says so here
         if stage == "fit" and self.warm_start is not None and self.warm_start_summary is None:

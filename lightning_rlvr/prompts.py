@@ -59,6 +59,20 @@ class PromptFormat:
             raise ValueError("PromptFormat(chat='always') but the tokenizer has no chat_template")
         return self.chat != "never" and has_template
 
+    def describe(self, tokenizer) -> str:
+        """One line: which layout prompts take for ``tokenizer`` and how to choose the other."""
+        if self.uses_chat(tokenizer):
+            return "prompts: the tokenizer's chat template (plain instead: model.prompt_format.chat: never)"
+        why = (
+            "model.prompt_format.chat is never"
+            if self.chat == "never"
+            else "the tokenizer has no chat template"
+        )
+        return (
+            f"prompts: plain layout {self.template!r}, no chat template ({why}); to choose: "
+            "model.prompt_format (chat: always requires a template, template and system set the plain text)"
+        )
+
     def render(self, tokenizer, text: str) -> str:
         """The string to tokenize for a problem whose prompt is ``text``."""
         user = self.template.replace("{prompt}", text)
