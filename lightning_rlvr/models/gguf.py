@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 from pathlib import Path
 
 from ..core.errors import RLVRError
@@ -79,6 +80,7 @@ def dequantized(gguf: Path) -> Path:
         raise RLVRError(f"reading the GGUF file {gguf} needs {' and '.join(missing)}: {INSTALL}")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_architecture(gguf)
     kwargs = {"gguf_file": gguf.name, "local_files_only": True}
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, **kwargs)
@@ -89,5 +91,33 @@ def dequantized(gguf: Path) -> Path:
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        tokenizer_json_alone(tmp / "tokenizer_config.json")
         usual_modes(tmp)
     return out
+
+
+def tokenizer_json_alone(config_file: Path) -> None:
+    """Name the tokenizer class that reads ``tokenizer.json`` as it is: what the GGUF reader built. A
+    model-specific class (``GemmaTokenizer`` for any Gemma file) would rebuild it from its own defaults."""
+    config = json.loads(config_file.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+
+
+def check_architecture(gguf: Path) -> None:
+    """One line naming what is supported when transformers cannot read ``gguf``'s architecture (a file
+    that cannot be parsed is left to transformers' reader)."""
+    from gguf import GGUFReader
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    try:
+        arch = GGUFReader(gguf).fields["general.architecture"].contents()
+    except Exception:  # not a GGUF file, truncated, or no architecture stated
+        return
+    supported = [a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in ("general", "tokenizer")]
+    if arch not in supported and arch.replace("moe", "_moe") not in supported:
+        raise RLVRError(
+            f"model.policy: the GGUF file {gguf.name} holds a {arch!r} model, which transformers' GGUF "
+            f"reader does not read; supported GGUF architectures: {', '.join(supported)} (or give a "
+            "Hugging Face folder)"
+        )

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
     LlamaConfig,
@@ -191,19 +192,48 @@ class PretrainedPolicy(PolicySource):
         kwargs = {"local_files_only": self.local_files_only or file is not None}
         kwargs["trust_remote_code"] = self.trust_remote_code
         try:
+            causal_lm_only(self.name_or_path, AutoConfig.from_pretrained(source, **kwargs))
             tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
             model = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, self.dtype), **kwargs)
-        except OSError as err:  # no such directory / hub id unreachable offline / not a model directory
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        except ValueError as err:  # a model_type this transformers does not know (AutoConfig)
             raise RLVRError(
-                f"model.policy name_or_path {self.name_or_path!r} could not be loaded ({first}); give a "
-                f"directory written by save_pretrained, a .gguf file, an installed GGUF package's short "
-                f"name ({', '.join(gguf.GGUF_PACKAGES)}) or a hub id already in the local cache"
+                f"model.policy name_or_path {self.name_or_path!r} could not be read by transformers "
+                f"({first_line(err)}); supported: causal LMs AutoModelForCausalLM builds (tested here: "
+                f"{', '.join(TESTED_MODEL_TYPES)})"
+            ) from None
+        except OSError as err:  # no such directory / hub id unreachable offline / not a model directory
+            raise RLVRError(
+                f"model.policy name_or_path {self.name_or_path!r} could not be loaded ({first_line(err)}); "
+                "give a directory written by save_pretrained, a .gguf file, an installed GGUF package's "
+                f"short name ({', '.join(gguf.GGUF_PACKAGES)}) or a hub id already in the local cache"
             ) from None
         tokenizer.padding_side = "left"  # batched generation appends on the right
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         return model.train(), tokenizer  # from_pretrained gives eval mode, and Lightning keeps modes as found
+
+
+def first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+# the architectures tests/test_architectures.py builds, loads, fits, exports and reloads (HF folder and GGUF)
+TESTED_MODEL_TYPES = ("llama", "qwen2", "gemma2", "gemma3_text")
+
+
+def causal_lm_only(name: str, config) -> None:
+    """One line naming what is supported when ``config`` is not a causal LM transformers can build."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or "AutoModelForCausalLM" in (
+        getattr(config, "auto_map", None) or {}
+    ):
+        return
+    raise RLVRError(
+        f"model.policy name_or_path {name!r} is a {config.model_type!r} model, which has no causal-LM class "
+        f"in transformers; supported: the {len(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)} model types "
+        f"AutoModelForCausalLM builds (tested here: {', '.join(TESTED_MODEL_TYPES)})"
+    )
 
 
 def apply_lora(model: PreTrainedModel, lora: dict[str, Any]) -> PreTrainedModel:
