@@ -261,8 +261,9 @@ def rates_section(entries: Sequence[dict], evidence: Evidence) -> str:
 
 # ---------------------------------------------------------------------------- the plan
 def plan_text(entries: Sequence[dict], evidence: Evidence, source: str, sweep_name: str) -> str:
-    """``--plan``'s output: the settings it used, the claims table (as the report prints it) and every
-    comparison with its verdict, the seeds that would detect its observed difference and their cost."""
+    """``--plan``'s output: the settings it used, the claims table (as the report prints it), every
+    comparison with its verdict, the seeds that would detect its observed difference and their cost, and
+    the report's pooled-analysis and learning-rate sections."""
     s = evidence.settings
     budget = (
         "no budget (report.budget_hours unset)" if s.budget_hours is None else f"budget {s.budget_hours:g} h"
@@ -305,7 +306,8 @@ def plan_text(entries: Sequence[dict], evidence: Evidence, source: str, sweep_na
             need,
         ]
         out.append("| " + " | ".join([*row, "-" if cost is None else hours(cost)]) + " |")
-    return "\n".join(out) + "\n"
+    out += ["", pooled_section(entries, evidence), rates_section(entries, evidence)]
+    return "\n".join(t for t in out if t) + "\n"
 
 
 def check_pilot(
