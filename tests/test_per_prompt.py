@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ from lightning_rlvr.core.per_prompt import (
 )
 from lightning_rlvr.core.problem import Problem
 from lightning_rlvr.core.rollout import Rollout
+from tests.conftest import QUICKSTART, REPO, TINY
+
+EVAL = str(REPO / "configs" / "eval" / "jsonl.yaml")
 
 
 def _per_prompt(root: Path, name: str) -> list[dict]:
@@ -117,3 +121,36 @@ def test_files_round_trip_compactly_and_ranks_join(tmp_path):
     assert read_results(tmp_path, "val_step3") == []
     with gzip.open(path, "rt") as f:
         assert f.readline().strip() == "prompt_id,sample,reward,correct,completion"
+
+
+def test_held_out_evaluation_of_a_checkpoint_and_the_untouched_model_on_a_data_file(
+    run_cli, tmp_path, capsys
+):
+    """configs/eval/jsonl.yaml: every row of a file, a chosen budget and sample count, per-prompt results;
+    the untouched model is the baseline the checkpoint pairs with prompt by prompt."""
+    from lightning_rlvr.experiments.prompt_level import main as compare
+
+    rows = [{"question": f"{a}+{b}=", "answer": str(a + b)} for a in range(3) for b in range(3)]
+    data = tmp_path / "held.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = ["--model.task.init_args.test_file", str(data)]  # a test file alone: no training data needed
+    budget = ["--model.max_new_tokens", "12", "--model.eval_samples", "3"]
+    run_cli("test", *task, *budget, configs=(QUICKSTART, TINY, EVAL), root=tmp_path / "base")
+    base = _per_prompt(tmp_path / "base", "test")
+    assert len(base) == 9 * 3 and {r["prompt_id"].split(":")[1] for r in base} == {str(i) for i in range(9)}
+
+    fit = run_cli("fit", root=tmp_path / "fit")
+    ckpt = fit.trainer.checkpoint_callback.last_model_path
+    # the checkpoint's own task is the addition task: the config's class replaces it
+    args = ["--ckpt_path", ckpt, "--config", EVAL, *task, *budget]
+    cli = run_cli("test", *args, configs=(), root=tmp_path / "trained")
+    assert cli.model.max_new_tokens == 12 and cli.model.eval_samples == 3
+    trained = _per_prompt(tmp_path / "trained", "test")
+    assert {r["prompt_id"] for r in trained} == {r["prompt_id"] for r in base}  # the same 9 rows, same ids
+    capsys.readouterr()  # what the runs printed
+    compare([str(tmp_path / "trained"), str(tmp_path / "base")])
+    said = capsys.readouterr().out
+    assert said.startswith("9 prompts in both: pass@1 ") and "prompt-paired interval" in said
+    with pytest.raises(SystemExit) as exit_:
+        compare([str(data), str(tmp_path / "base")])
+    assert exit_.value.code == 2 and "not a per-prompt results file" in capsys.readouterr().err

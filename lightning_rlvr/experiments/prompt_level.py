@@ -22,6 +22,9 @@ mean, (S - 1)(P - 1) degrees of freedom) estimates s2_w + s2_e, so
 and a test set k times as large gives SD_k = sqrt(training + evaluation / k), and the MDD with the same
 seeds at that SD. With one seed only the prompt-paired SE is known: it bounds the evaluation part from
 above (it holds s2_v too) and the training part is unknown.
+
+``python -m lightning_rlvr.experiments.prompt_level A B`` pairs two evaluations' per-prompt files (a
+checkpoint's test against the untouched model's) and prints the prompt-paired difference in one line.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from ..core.errors import RLVRError, exit_with_one_line
+from ..core.per_prompt import FOLDER, SUFFIX, file_name, read_results
 from .stats import min_detectable_difference, t_quantile
 
 
@@ -141,3 +147,56 @@ def decompose(pairs: Sequence[tuple[dict[str, PromptScore], dict[str, PromptScor
     evaluation = residual / ((S - 1) * (P - 1)) / P
     observed = _var(seed_means)
     return Decomposition(S, P, math.sqrt(observed), evaluation, binomial, max(0.0, observed - evaluation))
+
+
+# ---------------------------------------------------------------------------- two evaluations, from files
+def _scores_of(where: str) -> dict[str, PromptScore]:
+    """The per-prompt scores of a per-prompt file, or of the one test file under a folder (a run's)."""
+    path = Path(where)
+    if path.is_dir():
+        found = sorted(path.rglob(f"{FOLDER}/{file_name('test')}"))
+        if len(found) != 1:
+            many = f"{len(found)} ({', '.join(str(p) for p in found[:3])})" if found else "none"
+            raise RLVRError(f"{where}: a folder must hold one {FOLDER}/{file_name('test')}, found {many}")
+        path = found[0]
+    if not (path.is_file() and path.name.endswith(SUFFIX)):
+        raise RLVRError(f"{where}: not a per-prompt results file (*{SUFFIX}) or a folder holding one")
+    name = path.name[: -len(SUFFIX)].split(".rank")[0]
+    return prompt_scores(read_results(path.parent, name))
+
+
+def compare_text(a: str, b: str, level: float = 0.95) -> str:
+    """Two evaluations of the same prompts (a trained checkpoint against the untouched model), in words."""
+    x, y = _scores_of(a), _scores_of(b)
+    p = pair_prompts(x, y, level)
+    if p.prompts < 2:
+        raise RLVRError(f"{a} and {b} share {p.prompts} prompt ids: they did not evaluate the same prompts")
+    mean = {
+        w: 100 * sum(s[i].mean for i in s if i in x and i in y) / p.prompts for w, s in (("a", x), ("b", y))
+    }
+    return (
+        f"{p.prompts} prompts in both: pass@1 {mean['a']:.1f} vs {mean['b']:.1f}, difference "
+        f"{100 * p.diff:+.1f} points [{100 * p.low:+.1f}, {100 * p.high:+.1f}] ({round(level * 100)}% "
+        f"prompt-paired interval), per-prompt correlation r {p.r:.2f}, the same majority verdict on "
+        f"{100 * p.agree:.0f}% of prompts\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m lightning_rlvr.experiments.prompt_level A B``: evaluation A against B, prompt by prompt."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="prompt_level", description=compare_text.__doc__)
+    parser.add_argument("a", help="a per-prompt file (per_prompt/test.csv.gz) or a folder holding one")
+    parser.add_argument("b", help="the one to compare it with (e.g. the untouched model's)")
+    parser.add_argument("--level", type=float, default=0.95)
+    args = parser.parse_args(argv)
+    try:
+        sys.stdout.write(compare_text(args.a, args.b, args.level))
+    except RLVRError as err:
+        exit_with_one_line("prompt_level", err)
+
+
+if __name__ == "__main__":
+    main()
