@@ -56,6 +56,9 @@ def plan(tmp_path, monkeypatch, capsys, *extra: str) -> tuple[int, str, str]:
 
 
 def rows_of(text: str) -> dict[str, list[str]]:
+    """The claims' and comparisons' table rows by "first cell/second cell" (the pooled section after them
+    is the report's, tested in test_pooled.py and test_sweep_claims.py)."""
+    text = text.split("## Pooled analysis")[0]
     return {
         line.split(" | ")[0].strip("| ") + "/" + line.split(" | ")[1]: [
             c.strip("| ") for c in line.split(" | ")
@@ -83,7 +86,7 @@ def test_the_plan_prices_the_seeds_a_claim_needs_and_says_not_testable_past_the_
     hours = n * seed_cost / 3600
     setup(tmp_path, budget=round(hours + 5))
     rc, out, err = plan(tmp_path, monkeypatch, capsys)
-    assert rc == 0 and err == ""
+    assert rc == 0 and err == "" and "| - | test/pass@1 | 3 | 3 | 4 |" in out  # the pool: 3 arms, df 4
     row = rows_of(out)["paper: +3 points/x"]
     assert row[8:11] == [
         f"undecided ({n} seeds needed)",
