@@ -13,7 +13,7 @@ from lightning_rlvr.tasks import JsonlTask, ReasoningGymTask
 
 # (a reference as a file writes it, completions that state it in another form)
 SAME = [
-    ("51.0", ["51", "51.00", "The answer is 51.", "#### 51.0", "answer: 51,0"[:-2]]),
+    ("51.0", ["51", "51.00", "The answer is 51.", "#### 51.0", "answer: 51"]),
     ("51", ["51.0", "so 51.000", "<answer>51.</answer>"]),
     ("1,000", ["1000", "1 000", "1\u2009000", "1\u202f000", "$1\\,000$ in total", "1000.00"]),
     ("1000", ["1,000", "answer: 1 000.", "The answer is 1,000. It took 3 steps."]),

@@ -11,8 +11,10 @@ comparison as the fallback for answers sympy cannot parse.
 
 Answers with several parts are compared whole. An answer is read as LaTeX
 (``math-verify``'s LaTeX parser keeps ``(1, 5)`` an open interval / ordered pair,
-``[1, 5]`` a closed interval, ``\\{1, 2\\}`` and a bare ``1, 5`` unordered sets, and
-``1,000`` one thousand). ``math-verify``'s plain-text parser keeps only the last
+``[1, 5]`` a closed interval, ``\\{1, 2\\}`` and a bare ``1, 5`` unordered sets). Digit groups
+(``1,000``, ``1 000``, ``1\\,000``, thin spaces) are one number and the unicode minus is a minus
+before math-verify sees them; math followed by words, its units (``3/4 cup``), is the math.
+``math-verify``'s plain-text parser keeps only the last
 number it sees, so it is used for one case only: a single number among words
 (``18 dollars``). An answer of words without numbers (``\\text{Monday}``) is compared
 as a string: the LaTeX parser would read ``Monday`` as a product of the letters,

@@ -68,7 +68,7 @@ def _rows_named(rows: list[int]) -> str:
 
 
 class JsonlTask(Task):
-    """Question/answer pairs from local files, one file per split, answers checked by exact match.
+    """Question/answer pairs from local files, one file per split; numbers compared by value, text exactly.
 
     Args:
         train_file: training rows (needed by ``fit`` only).
