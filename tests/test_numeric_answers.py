@@ -94,7 +94,10 @@ def test_a_number_column_with_unreadable_rows_is_one_line_naming_them(tmp_path, 
 
 
 def test_a_mostly_text_column_is_text_and_the_error_names_rows_in_each_file(tmp_path):
-    assert JsonlTask(test_file=_file(tmp_path, ["Paris", "1969", "Rome"])).answers.kind == "text"
+    words = JsonlTask(test_file=_file(tmp_path, ["Paris", "1969", "Rome"]))
+    assert words.answers.kind == "text"
+    for completion in ["<answer>**Paris**</answer>", "Answer: Paris.", "The answer is $Paris$"]:
+        assert words.check(completion, words.problem("test", 0)).correct, completion
     train = _file(tmp_path, ["1", "2", "x"], "train.jsonl")
     test = _file(tmp_path, ["1", "y", "3", "4"], "test.jsonl")
     with pytest.raises(RLVRError, match=r"2 of 7 .*train\.jsonl row 2; .*test\.jsonl row 1"):

@@ -31,9 +31,11 @@ from .files import read_rows
 
 
 def normalise_answer(text: str) -> str:
-    """Strip case, a trailing period, ``####``-style prefixes, thousands separators, and spaces
-    except between two digits (``1 5`` and ``1, 5`` stay apart from ``15``)."""
-    text = drop_thousands_separators(text.strip().split("####")[-1].strip().rstrip("."))
+    """Strip case, a trailing period, ``####``-style prefixes, markdown bold and ``$`` around the answer,
+    thousands separators, and spaces except between two digits (``1 5`` and ``1, 5`` stay apart from
+    ``15``)."""
+    text = text.strip().split("####")[-1].strip().strip("*$").strip()
+    text = drop_thousands_separators(text.rstrip(".").strip())
     text = re.sub(r"\s+", " ", text)
     return re.sub(r"(?<!\d) | (?!\d)", "", text).lower()
 
