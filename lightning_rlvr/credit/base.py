@@ -68,6 +68,9 @@ class CreditAssigner(Callback):
     # True when ``assign`` reads ``Scorer.policy()`` (entropies, log-probs): with one epoch and one minibatch
     # the update's own forwards then serve it (``RLVRModule.fused_policy_pass``), not an extra pass
     uses_policy_pass = False
+    # The credit lab's paper claims this method's credit is checked against (``experiments/credit_lab/
+    # claims.py``: "shear", "shear_control", "hsd"), declared by the method, never found by its class name
+    lab_claims: tuple[str, ...] = ()
 
     def __init__(self, scale_by_std: bool = True) -> None:
         self.scale_by_std = scale_by_std

@@ -90,6 +90,8 @@ class HSDCredit(TaskTexts, SelfConditionedCredit):
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages for the PG part.
     """
 
+    lab_claims = ("hsd",)  # the credit lab checks where its distillation signal concentrates
+
     def __init__(
         self,
         peer_template: str | None = None,

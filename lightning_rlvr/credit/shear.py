@@ -98,6 +98,8 @@ class SHEARCredit(CreditAssigner):
         scale_by_std: GRPO (True) or Dr. GRPO (False) group advantages.
     """
 
+    lab_claims = ("shear", "shear_control")  # the credit lab checks its span-distance claim
+
     uses_hidden_states = True
 
     def __init__(

@@ -53,18 +53,18 @@ def record_claims(
             e = errors[i]
             g = group_offset + int(rollout.group[i])
             mixed = abs(float(grpo[i])) > 0  # the opposite side exists
-            if v.cls == "SHEARCredit" and mixed and e is None and bool(rollout.correct[i]):
+            if "shear_control" in v.claims and mixed and e is None and bool(rollout.correct[i]):
                 peers = sorted(group_errors.get(int(rollout.group[i]), []))
                 split = mean_before_after(v.weights[i, :L], peers[len(peers) // 2]) if peers else None
                 if split is not None:
                     claims["shear_control"].add(g, split[1] - split[0])
             if e is None:
                 continue
-            if v.cls == "SHEARCredit" and mixed:
+            if "shear" in v.claims and mixed:
                 split = mean_before_after(v.weights[i, :L], e)
                 if split is not None:
                     claims["shear"].add(g, split[1] - split[0])
-            if v.token_loss is not None and v.cls == "HSDCredit":
+            if v.token_loss is not None and "hsd" in v.claims:
                 loss = v.token_loss[i, :L]
                 if float(loss.abs().max()) > 0:  # the row was distilled
                     share, uniform = localisation(loss, e, d)

@@ -120,6 +120,7 @@ class MethodView:
     generated_tokens: int = 0  # of which sampled (Monte-Carlo continuations)
     seconds: float = 0.0  # wall time of its ``assign``
     token_loss: Tensor | None = None  # [N, T] its per-token loss at the rollout-time policy, if any
+    claims: tuple[str, ...] = ()  # the lab's paper claims the method declares (``CreditAssigner.lab_claims``)
 
 
 def assign_all(
@@ -151,6 +152,7 @@ def assign_all(
         extra = loss is not None
         weights = token_weights(adv, grpo)
         view = MethodView(name, type(credit).__name__, weights, adv, out.metrics, extra, tokens, generated)
+        view.claims = tuple(credit.lab_claims)
         view.seconds, view.token_loss = seconds, loss
         views.append(view)
         tick()
