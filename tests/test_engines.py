@@ -78,9 +78,10 @@ def test_hf_engine_reproduces_the_old_sampler_bit_for_bit(setting, seed):
     assert rollout.engine_logp is None  # generate reports no log-probs
 
 
-def test_module_default_engine_is_hf_and_samples_as_before():
+def test_module_default_engine_is_fast_for_a_llama_and_samples_as_before():
+    """With no engine given a Llama policy gets FastEngine (engines/choose.py): generate's samples."""
     module = RLVRModule(task=TASK, policy=POLICY, max_new_tokens=20, temperature=0.8, validate_at_start=False)
-    assert type(module.engine) is HFGenerateEngine
+    assert type(module.engine) is FastEngine
     torch.manual_seed(3)
     rollout = module.rollout(problems(), 4)
     torch.manual_seed(3)
@@ -368,8 +369,9 @@ def test_engine_swaps_by_yaml_and_a_fit_samples_through_it(run_cli):
     cli = run_cli("fit", configs=(QUICKSTART, TINY, fast))  # warm start, RL steps and validation
     assert type(cli.model.engine) is FastEngine and cli.model.engine.compact_at == 0.75
     assert cli.model.rl_step == 2 and "val/pass@1" in cli.trainer.callback_metrics
-    default = run_cli("fit", "--trainer.max_steps", "0", configs=(QUICKSTART, TINY))
-    assert type(default.model.engine) is HFGenerateEngine
+    hf = str(REPO / "configs" / "engine" / "hf.yaml")
+    generate = run_cli("fit", "--trainer.max_steps", "0", configs=(QUICKSTART, TINY, hf))
+    assert type(generate.model.engine) is HFGenerateEngine
 
 
 class CountingEngine(HFGenerateEngine):
