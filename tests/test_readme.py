@@ -50,6 +50,8 @@ def test_the_method_example_fits(tmp_path, run_cli, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path / "pkg"))
     cli = run_cli("fit", configs=(QUICKSTART, str(tmp_path / "my_method.yaml"), TINY))
     assert type(cli.model.credit).__name__ == "EntropyCredit" and cli.model.credit.floor == 0.2
+    assert cli.model.credit.uses_policy_pass  # it reads scorer.policy(), so the update's forward serves it
+    assert float(cli.trainer.callback_metrics["perf/fused_policy_pass"]) == 1.0
     metrics = cli.trainer.callback_metrics
     assert "credit/weight_mean" in metrics
     assert float(metrics["credit/weight_mean"]) == pytest.approx(1.2, abs=0.05)  # floor + entropy / its mean
