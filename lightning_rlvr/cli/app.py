@@ -52,6 +52,7 @@ from ..core.console import StepProgressBar, quiet_lightning_tips
 from ..core.errors import RLVRError, exit_with_one_line, user_error, yaml_problem
 from ..core.files import write_text
 from ..core.process import FIT_REPORT_ENV, adopt_parent_from_env, die_with_parent
+from ..core.progress import say
 from ..data import RLVRDataModule
 from ..module import RLVRModule
 from .ckpt_settings import merge_with_checkpoint
@@ -62,6 +63,8 @@ from .options import (
     checkpoint_callback_settings,
     import_plugins,
     log_beside_run,
+    set_threads,
+    threads_line,
 )
 from .signals import PhaseNames, attach, stop_on_signals
 
@@ -167,6 +170,12 @@ class RLVRCLI(LightningCLI):
         else:
             claim_log_version(config)
 
+    def instantiate_classes(self) -> None:
+        """LightningCLI's, then the run's thread count as one of its first lines (once nothing failed)."""
+        super().instantiate_classes()
+        if self.subcommand and not int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0):
+            say(threads_line())
+
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
         """The trainer, with atomic checkpoint writes unless a ``CheckpointIO`` plugin was given."""
         from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
@@ -193,6 +202,12 @@ class RLVRCLI(LightningCLI):
         if report and self.trainer.is_global_zero and callback is not None and not self.trainer.interrupted:
             last = callback.last_model_path or callback.best_model_path
             write_text(report, json.dumps({"ckpt_path": last, "global_step": self.trainer.global_step}))
+        if self.trainer.is_global_zero and callback is not None and callback.last_model_path:
+            last = callback.last_model_path
+            say(
+                f"checkpoint: {last} (step {self.trainer.global_step}); test it with "
+                f"lightning-rlvr test --ckpt_path {last}, resume with the same command and --ckpt_path last"
+            )
 
 
 def resolve_output_paths(config: Any) -> None:
@@ -259,6 +274,7 @@ def run(args: list[str] | None = None) -> RLVRCLI:
     quiet_lightning_tips()  # "💡 Tip: ... litlogger": an advertisement on every command, not a warning
     try:
         import_plugins()
+        set_threads()
         check_config_files(sys.argv[1:] if args is None else list(args))
         return RLVRCLI(
             RLVRModule,

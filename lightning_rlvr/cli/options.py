@@ -7,6 +7,8 @@ Layer: ``cli`` (above ``checkpoints``; it reads configs and checkpoint dicts).
 - ``import_plugins``: every plug-in class is listed in ``--help``.
 - ``log_beside_run`` / ``checkpoint_callback_settings``: ``test --ckpt_path RUN/.../last.ckpt`` logs
   beside that run and declares the checkpoint's ``ModelCheckpoint`` as it was.
+- ``set_threads`` / ``threads_line``: a run uses ``DEFAULT_THREADS`` torch threads unless
+  ``OMP_NUM_THREADS`` says otherwise, and says so in its first lines (docs/operations.md#threads).
 """
 
 from __future__ import annotations
@@ -14,12 +16,45 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
+import os
 import pkgutil
 import re
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..checkpoints import loggers
+from ..core.errors import RLVRError
+
+# torch's own default is one thread per core; on a machine shared with other jobs those threads wait on
+# each other (docs/operations.md#threads has the measurement), and a run's numbers should not depend on
+# how many cores happen to be free. OMP_NUM_THREADS=N gives a run N.
+DEFAULT_THREADS = 1
+THREADS_ENV = "OMP_NUM_THREADS"
+
+
+def set_threads() -> None:
+    """Give torch ``OMP_NUM_THREADS`` intra-op threads when it is set, else ``DEFAULT_THREADS``."""
+    given = os.environ.get(THREADS_ENV, "").strip()
+    if not given:
+        torch.set_num_threads(DEFAULT_THREADS)
+        return
+    if not given.isdigit() or int(given) < 1:
+        raise RLVRError(f"{THREADS_ENV}={given!r}: not a whole number of threads >= 1; set one, or unset it")
+    torch.set_num_threads(int(given))
+
+
+def threads_line() -> str:
+    """How many threads this run computes with, and why (one of the run's first lines)."""
+    n, given = torch.get_num_threads(), os.environ.get(THREADS_ENV, "").strip()
+    if given:
+        return f"threads: {n} ({THREADS_ENV}={given})"
+    return (
+        f"threads: {n} of {os.cpu_count()} cores (the default: more threads slow a run on a shared machine; "
+        f"{THREADS_ENV}=N gives it N)"
+    )
+
 
 _VERSION_DIR = re.compile(r"version_\d+")
 
