@@ -114,6 +114,7 @@ class PolicyUpdate:
                         full = torch.nn.functional.pad(logits, (0, 0, 0, T - Tm))
                         loss = loss + (credit.token_loss(full, rows) * extra_w[part.index]).sum()
                     finite = finite and bool(torch.isfinite(loss))
+                    stop.check("in an update micro-batch")  # between its forward and its backward too
                     self.manual_backward(loss)  # also when non-finite: the backward is a collective
                     loss_total += float(loss.detach())
                     with torch.no_grad():

@@ -17,6 +17,7 @@ SIGTERM") is silenced; its SLURM requeue on SIGUSR1 is not installed, since this
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import logging
@@ -29,6 +30,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.callbacks import Callback
+from tqdm import tqdm
 
 from ..checkpoints import checkpoint_problem, find_last_checkpoint
 from ..core import stop
@@ -113,9 +115,8 @@ def stop_line(signum: int, place: str, forced: str | None = None) -> str:
     except Exception:  # noqa: BLE001 - the line must come out even when the folder cannot be read
         path, step = None, None
     if path is None or step is None:
-        return (
-            f"{head}; no checkpoint was written yet ({now} steps done): run the same command to start again"
-        )
+        done = f"{now} step{'s' * (now != 1)} done"
+        return f"{head}; no checkpoint was written yet ({done}): run the same command to start again"
     behind = f"{now - step} step{'s' * (now - step != 1)} behind"
     return (
         f"{head}; the last checkpoint, {path}, is at step {step} ({behind}): "
@@ -125,7 +126,8 @@ def stop_line(signum: int, place: str, forced: str | None = None) -> str:
 
 def _say(line: str) -> None:
     if int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0) == 0:  # one line, not one a rank
-        sys.stderr.write(f"{PROGRAM}: {' '.join(line.split())}\n")
+        bar = bool(getattr(tqdm, "_instances", None))  # a progress bar holds the line: start a new one
+        sys.stderr.write(("\n" if bar else "") + f"{PROGRAM}: {' '.join(line.split())}\n")
         sys.stderr.flush()
 
 
@@ -135,7 +137,8 @@ def _say_forced(signum: int, why: str) -> None:
 
 @contextlib.contextmanager
 def stop_on_signals(grace_s: float = 10.0) -> Iterator[None]:
-    """Run the body with the stop signals handled: a stop ends the process with one line and 128 + signal.
+    """Run the body with the stop signals handled: a stop ends the process (``exit_now``) with one line and
+    128 + the signal's number.
 
     ``grace_s``: seconds a stopped run may take to reach a safe point before it is ended at once.
     """
@@ -164,4 +167,17 @@ def _finish(signum: int, place: str) -> None:
         _say(stop_line(signum, place))
     else:  # the watchdog is reporting and ending the process
         time.sleep(5)
-    raise SystemExit(stop.exit_code(signum)) from None
+    exit_now(stop.exit_code(signum))
+
+
+def exit_now(code: int) -> None:
+    """Exit with ``code`` once the atexit handlers have run and the streams are flushed, skipping the
+    interpreter's teardown: freeing a loaded model object by object takes seconds on a busy CPU (the
+    kernel frees it at once), and a stop must not wait for that."""
+    try:
+        atexit._run_exitfuncs()
+        logging.shutdown()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
