@@ -12,6 +12,10 @@ import pytest
 from lightning_rlvr.experiments.pooled import fit_pool
 from lightning_rlvr.experiments.stats import paired_comparison, seeds_needed
 from lightning_rlvr.experiments.sweep import run as sw
+from lightning_rlvr.experiments.sweep.claims import claims_section
+from lightning_rlvr.experiments.sweep.plan import Evidence
+from lightning_rlvr.experiments.sweep.report import compare_to_baseline
+from lightning_rlvr.experiments.sweep.rows import read_results_csv
 from lightning_rlvr.experiments.verdicts import BETTER, NOT_TESTABLE, decide
 
 TESTS = {  # test pass@1 by seed 1-3; x is +1 point on average, y about grpo, dead collapsed
@@ -192,3 +196,14 @@ def test_the_vocabulary_has_one_home():
     assert decide(c, "test/pass@1").verdict == BETTER
     assert decide(c, "steps_to_target").verdict == "slower"  # lower is better for a duration
     assert decide(c, "test/pass@1", effect=-0.05, direction=-1).verdict == "better, against the claim"
+
+
+def test_the_report_says_a_claim_on_a_collapsed_arm_rests_on_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    setup(tmp_path, claims="{cell: dead, metric: test/pass@1, direction: higher}")
+    axes, rows = read_results_csv(tmp_path / "pilot" / "results.csv")
+    sweep = sw.load_sweep(tmp_path / "s.yaml")
+    entries = compare_to_baseline(axes, rows, sweep.report)
+    evidence = Evidence(axes, rows, sweep.report)
+    text = claims_section(sweep.report.claims, entries, 0.95, 0.8, evidence)
+    assert "| undecided (the cell collapsed on test/pass@1 (every run at 0)) |" in text

@@ -194,7 +194,7 @@ def test_the_report_judges_each_claim_from_the_paired_runs(tmp_path, monkeypatch
         fake_finished_run(sweep.out, run, rewards=[0.1, 0.2], val=[0.2, 0.3], test=test)
     rep.write_report(sweep, runs)
     md = (tmp_path / "report" / "results.md").read_text()
-    assert "## Paper claims" in md
+    assert "## Paper claims" in md and "| - | test/pass@1 | 3 | 3 | 4 |" in md  # the pool: 3 arms, df 4
     rows = {line.split(" | ")[1]: line for line in md.splitlines() if line.startswith("| paper")}
     # three arms scattering alike: the verdicts rest on the pool (seed + method), df (3 - 1)(3 - 1) = 4
     values = {(m,): dict(zip("012", tests[3 * i : 3 * i + 3])) for i, m in enumerate(("grpo", "up", "flat"))}
