@@ -162,7 +162,18 @@ def test_a_stop_in_each_phase_ends_the_run_in_seconds_with_one_line_and_resumes_
         assert line.startswith(f"{STOP_LINE}{name} {where} during {phase}; the last checkpoint, "), line
         assert saved in line and line.endswith("run the same command with --ckpt_path last to resume from it")
 
+    # a test of the uninterrupted run's checkpoint, stopped while it generates
+    folder, ckpt = tmp_path / "tested", straight.trainer.checkpoint_callback.last_model_path
+    pid = _fork(folder, ["test", "--ckpt_path", ckpt], "while generating tokens during the test")
+    code, took, (line,) = _stop(folder, pid, signal.SIGINT)
+    assert code == 130 and took < EXIT_WITHIN_S
+    assert line == (
+        f"{STOP_LINE}SIGINT while generating tokens during the test; a stopped evaluation has no result: "
+        "run the command again"
+    )
+
     # the run stopped in step 4's update resumes from its step-2 checkpoint to the uninterrupted weights
+    folder = tmp_path / "stopped2"
     resumed = run_cli("fit", *_own(folder), "--ckpt_path", "last", root=folder)
     assert resumed.model.rl_step == 4
     a, b = straight.model.state_dict(), resumed.model.state_dict()

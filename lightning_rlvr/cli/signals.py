@@ -107,7 +107,7 @@ def stop_line(signum: int, place: str, forced: str | None = None) -> str:
     if trainer is None:
         return f"{head}; the run had not started: run the command again"
     if subcommand != "fit":
-        return f"{head}; an evaluation keeps nothing half-done: run the command again"
+        return f"{head}; a stopped evaluation has no result: run the command again"
     now = int(getattr(trainer.lightning_module, "rl_step", trainer.global_step))
     try:
         path = _last_checkpoint(config)
