@@ -24,8 +24,8 @@ def default_engine(model) -> tuple[RolloutEngine, str]:
 
     try:
         llama_weights(model)  # the one home of what FastEngine reads; raises RLVRError otherwise
-    except RLVRError as err:
-        why = str(err).split(";")[0]
+    except (RLVRError, AttributeError) as err:  # not Llama-style, or laid out unlike one
+        why = str(err).split(";")[0] if isinstance(err, RLVRError) else f"FastEngine cannot read it: {err}"
         line = (
             f"model.engine: HFGenerateEngine (chosen: {why}); "
             f"FastEngine cannot sample this policy, vLLM: {FLAG.format('vllm.VLLMEngine')}"
