@@ -4,6 +4,7 @@ so engines, batch composition and compaction do not change what a row samples.""
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 import torch
@@ -163,3 +164,22 @@ def test_coupling_counts_the_steps_two_methods_sample_one_rollout(tmp_path, caps
     (tmp_path / "results.csv").write_text("run_id,method,seed,test/pass@1\n")
     assert _coupling_script().main([str(tmp_path)]) == 2
     assert "no column 'sampling_key'" in capsys.readouterr().err
+
+
+def test_coupling_row_by_row_from_sample_logs(tmp_path):
+    rows = ["run_id,method,sampling_key,seed,test/pass@1"]
+    for method in ("grpo", "dr"):
+        run = f"{method}__keyed__0"
+        rows.append(f"{run},{method},keyed,0,0.5")
+        fit = tmp_path / "runs" / run / "logs" / "fit"
+        fit.mkdir(parents=True)
+        (fit / "metrics.csv").write_text("step,train/rollout_hash\n0,1.0\n")
+    (tmp_path / "results.csv").write_text("\n".join(rows) + "\n")
+    completions = {"grpo": ["a", "b", "c", "d"], "dr": ["a", "x", "c", "d"]}  # step 1: rows 0-1, step 2: 2-3
+    args = []
+    for method, texts in completions.items():
+        lines = [json.dumps({"step": 1 + i // 2, "completion": t}) for i, t in enumerate(texts)]
+        (tmp_path / f"{method}.jsonl").write_text("\n".join(lines) + "\n")
+        args.append(f"{method}:keyed={tmp_path / f'{method}.jsonl'}")
+    assert _coupling_script().main([str(tmp_path), "--samples", *args]) == 0
+    assert "- keyed: 0.50 1.00 (mean 0.75)" in (tmp_path / "coupling.md").read_text()
