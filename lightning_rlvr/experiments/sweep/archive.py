@@ -24,6 +24,7 @@ from pathlib import Path
 from ...core.files import atomic_dir, write_bytes
 from ...core.per_prompt import FOLDER, SUFFIX
 from ...core.process import LOCK_NAME, is_locked
+from .settings import RESOLVED
 from .spec import (
     CREDIT_EVAL,
     CREDIT_TABLE,
@@ -47,10 +48,12 @@ def archive_dir(sweep: Sweep, run: Run) -> Path:
 
 
 def _kept_files(directory: Path) -> list[Path]:
-    """The files of a run directory the report reads (and the credit lab's readable table, and the
-    per-prompt results), relative to it (``DONE`` last)."""
+    """The files of a run directory the report reads (and the credit lab's readable table, the
+    per-prompt results, and the resolved config that tells a rewritten config file from a changed
+    run), relative to it (``DONE`` last)."""
     files = [Path(name) for name in MARKERS if (directory / name).is_file()]
     files += sorted(p.relative_to(directory) for p in (directory / "logs" / "fit").rglob("metrics.csv"))
+    files += [RESOLVED] if (directory / RESOLVED).is_file() else []  # the settings it ran with
     files += sorted(p.relative_to(directory) for p in (directory / "logs").glob(f"*/{FOLDER}/*{SUFFIX}"))
     return files + ([Path(DONE)] if (directory / DONE).is_file() else [])
 

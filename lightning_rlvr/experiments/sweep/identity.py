@@ -2,7 +2,9 @@
 
 Layer: experiments (imports ``spec``). A run records ``SPEC`` (its config files, a digest of each
 file's parsed YAML, its overrides) when its fit starts; ``is_finished`` and the runner compare it with
-the sweep file as it reads now, so a run whose overrides or config values changed runs again.
+the sweep file as it reads now, so a run whose overrides or config values changed runs again. A
+config file whose digest changed but whose resolved settings did not (``sweep/settings.py``) keeps its
+runs: their ``SPEC`` is re-recorded with the new digests, so the check runs once.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from .settings import resolved_differences
 from .spec import DONE, SPEC, Run, Sweep, run_dir
 
 
@@ -48,6 +51,19 @@ def stale_configs(sweep: Sweep, run: Run) -> list[str]:
     return [path for path, digest in now["config_digests"].items() if before.get(path, digest) != digest]
 
 
+def same_settings(sweep: Sweep, run: Run, recorded: dict) -> bool:
+    """Only config digests differ, and the run's resolved settings are the sweep's now: re-record them."""
+    now = run_spec(run)
+    if {k: v for k, v in recorded.items() if k != "config_digests"} != {
+        k: v for k, v in now.items() if k != "config_digests"
+    }:
+        return False  # other config files or overrides: another run
+    if resolved_differences(sweep, run) != []:
+        return False
+    (run_dir(sweep, run) / SPEC).write_text(json.dumps(now, indent=1))
+    return True
+
+
 def is_finished(sweep: Sweep, run: Run) -> bool:
     """The run completed (``DONE``) with the specification it has now.
 
@@ -57,4 +73,7 @@ def is_finished(sweep: Sweep, run: Run) -> bool:
     d = run_dir(sweep, run)
     if not (d / DONE).is_file():
         return False
-    return not (d / SPEC).is_file() or same_spec(json.loads((d / SPEC).read_text()), run_spec(run))
+    if not (d / SPEC).is_file():
+        return True
+    recorded = json.loads((d / SPEC).read_text())
+    return same_spec(recorded, run_spec(run)) or same_settings(sweep, run, recorded)

@@ -29,7 +29,7 @@ from ...core.files import write_text
 from ...core.process import FIT_REPORT_ENV, child_env, locked
 from .archive import archive_run
 from .commands import fit_command, shell_line, test_command, warm_start_groups, warmup_command
-from .identity import is_finished, run_spec, same_spec
+from .identity import is_finished, run_spec, same_settings, same_spec
 from .resume import fit_seconds_before, interrupted_fit, set_aside_logs
 from .spec import (
     DONE,
@@ -121,7 +121,10 @@ def _execute_run(sweep: Sweep, run: Run, env: dict[str, str], runner: CommandRun
     d = run_dir(sweep, run)
     t0 = time.time()
     status: dict[str, Any] = {"run_id": run.run_id, "ok": False}
-    same = (d / SPEC).is_file() and same_spec(json.loads((d / SPEC).read_text()), run_spec(run))
+    recorded = json.loads((d / SPEC).read_text()) if (d / SPEC).is_file() else None
+    same = recorded is not None and (
+        same_spec(recorded, run_spec(run)) or same_settings(sweep, run, recorded)
+    )
     if not (same and (d / FIT_DONE).is_file()):
         command = fit_command(sweep, run)
         found = interrupted_fit(d) if same else None

@@ -1,0 +1,65 @@
+"""A finished run survives a config file rewritten without changing its settings, and only that."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from lightning_rlvr.experiments.sweep import identity, settings
+from lightning_rlvr.experiments.sweep.commands import fit_command
+from lightning_rlvr.experiments.sweep.spec import DONE, SPEC, expand, load_sweep, run_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_differences_names_each_changed_setting_and_skips_how_the_fit_started() -> None:
+    ran = {"model": {"lr": 1e-4, "loss": {"class_path": "a.B", "init_args": {"x": 1}}}, "ckpt_path": "a"}
+    assert settings.differences(ran, {**ran, "ckpt_path": None}) == []
+    now = {"model": {"lr": 2e-4, "loss": {"class_path": "a.B", "init_args": {"x": 2}}}}
+    assert settings.differences(ran, now) == ["model.loss.init_args.x", "model.lr"]
+    swapped = {"model": {"lr": 1e-4, "loss": {"class_path": "a.C", "init_args": {"x": 1}}}}
+    assert settings.differences(ran, swapped) == ["model.loss.class_path"]
+    assert settings.differences(ran, {"model": {"lr": 1e-4}}) == ["model.loss"]  # removed since
+
+
+def test_an_option_added_since_the_run_matches_only_at_the_codes_default() -> None:
+    ran = {"model": {"lr": 1e-4}}
+    assert settings.differences(ran, {"model": {"lr": 1e-4, "group_size": 8}}) == []  # RLVRModule's default
+    assert settings.differences(ran, {"model": {"lr": 1e-4, "group_size": 4}}) == ["model.group_size"]
+    unknown = {"model": {"lr": 1e-4, "no_such_option": 1}}
+    assert settings.differences(ran, unknown) == ["model.no_such_option"]  # no default to compare with
+    loss = {"class_path": "lightning_rlvr.losses.PPOClip", "init_args": {"eps_low": 0.2}}
+    grown = {"class_path": loss["class_path"], "init_args": {"eps_low": 0.2, "eps_high": 0.2}}
+    assert settings.differences({"model": {"loss": loss}}, {"model": {"loss": grown}}) == []
+
+
+def test_a_rewritten_config_keeps_its_run_and_a_changed_value_does_not(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(REPO)
+    method = tmp_path / "method.yaml"
+    method.write_text("model:\n  credit:\n    class_path: lightning_rlvr.credit.GRPOCredit\n")
+    sweep_file = tmp_path / "s.yaml"
+    sweep_file.write_text(
+        f"out: {tmp_path / 'out'}\nreport_dir: {tmp_path / 'report'}\n"
+        f"configs: [configs/quickstart.yaml, {method}]\ngrid:\n  seed_everything: [0]\n"
+    )
+    sweep = load_sweep(sweep_file)
+    (run,) = expand(sweep)
+    d = run_dir(sweep, run)
+    saved = d / settings.RESOLVED
+    saved.parent.mkdir(parents=True)
+    saved.write_text(yaml.safe_dump(settings._print_config(tuple(fit_command(sweep, run)))))
+    (d / SPEC).write_text(json.dumps(identity.run_spec(run)))
+    (d / DONE).write_text("{}")
+    assert identity.is_finished(sweep, run)
+
+    # the method file now restates a default (another digest, the same settings): still finished
+    method.write_text(method.read_text() + "    init_args:\n      scale_by_std: true\n")
+    assert identity.stale_configs(sweep, run) == [str(method)]
+    assert identity.is_finished(sweep, run)
+    assert identity.stale_configs(sweep, run) == []  # re-recorded: the check runs once
+
+    # a value changed: another run
+    method.write_text(method.read_text().replace("true", "false"))
+    assert not identity.is_finished(sweep, run)
