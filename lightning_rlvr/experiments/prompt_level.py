@@ -18,6 +18,8 @@ mean, (S - 1)(P - 1) degrees of freedom) estimates s2_w + s2_e, so
     evaluation part  = MS_R / P                         (shrinks with more test prompts)
     training part    = max(0, Var(D_s) - MS_R / P)      (only more seeds shrink it)
     binomial part    = mean_{s,i}(v_a + v_b) / P, v = the sample variance of a prompt's n verdicts / n
+                       (had the two runs sampled independently: evaluation shares ``eval_seed``, so two
+                       runs whose policies agree draw alike and the real binomial share is smaller)
 
 and a test set k times as large gives SD_k = sqrt(training + evaluation / k), and the MDD with the same
 seeds at that SD. With one seed only the prompt-paired SE is known: it bounds the evaluation part from
@@ -114,7 +116,7 @@ class Decomposition:
     prompts: int  # common to every seed
     sd: float  # observed SD of the per-seed differences D_s (nan for one seed)
     evaluation: float  # MS_R / P (one seed: the prompt-paired SE squared, an upper bound)
-    binomial: float  # the part of ``evaluation`` from sampling n completions
+    binomial: float  # the binomial noise of n completions a prompt, had the runs sampled independently
     training: float  # max(0, Var(D_s) - evaluation) (nan for one seed)
 
     def sd_at(self, factor: float) -> float:

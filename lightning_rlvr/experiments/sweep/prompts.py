@@ -92,8 +92,8 @@ def prompt_section(axes: list[str], rows: list[dict], runs_dir: Path, settings: 
     seeds[0] = seeds[0].replace("95%", f"{pct}%")
     factors = " / ".join(f"{f}x" for f in FACTORS)
     noise = [
-        f"| cell | seeds | prompts | SD of the difference | evaluation SD | of it binomial | training SD "
-        f"| SD at {factors} prompts | MDD now / {factors} prompts |",
+        "| cell | seeds | prompts | SD of the difference | evaluation SD | binomial SD if independent "
+        f"| training SD | SD at {factors} prompts | MDD now / {factors} prompts |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row, paired in found:
@@ -115,9 +115,11 @@ def prompt_section(axes: list[str], rows: list[dict], runs_dir: Path, settings: 
     split = (
         "The seed-paired difference's SD split in two (`experiments/prompt_level.py`): the evaluation part, "
         "which a larger test set shrinks (the seed-by-prompt residual of a two-way analysis over the prompts "
-        "every seed scored; of it, the binomial noise of the samples per prompt), and the training part, "
-        f"which only more seeds shrink. Then the SD and the MDD ({round(settings.power * 100)}% power, these "
-        "seeds) with the test set 2 and 4 times as large. With one seed the evaluation part is the "
-        "prompt-paired SE (an upper bound) and the training part is unknown.\n"
+        "every seed scored), and the training part, which only more seeds shrink; beside them, the binomial "
+        "noise of the samples per prompt had the two runs sampled independently (evaluation shares "
+        "`eval_seed`, so runs whose policies agree draw alike and the true share is smaller). Then the SD "
+        f"and the MDD ({round(settings.power * 100)}% power, these seeds) with the test set 2 and 4 times as "
+        "large. With one seed the evaluation part is the prompt-paired SE (an upper bound) and the training "
+        "part is unknown.\n"
     )
     return "\n".join([note, *seeds, "", split, *noise]) + "\n"
