@@ -56,23 +56,27 @@ def test_an_engine_given_is_used_as_given():
     assert not [s for s in module.settings_lines if s.startswith("model.engine")]
 
 
+def settings(err: str) -> dict[str, str]:
+    """The run's settings lines (``lightning-rlvr: key: ...`` before any progress line), by key."""
+    lines = [line.removeprefix("lightning-rlvr: ") for line in err.splitlines()]
+    lines = [line for line in lines if line.startswith(("model.engine:", "prompts:", "val before RL"))]
+    first = lines[: next((i for i, line in enumerate(lines) if line.startswith("val")), len(lines))]
+    return {line.split(":")[0]: line for line in first}
+
+
 def test_a_run_names_its_engine_and_prompt_layout_in_its_first_lines(run_cli, tmp_path, capsys):
     run_cli("fit", "--model.warm_start", "null", "--trainer.max_steps", "1")
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightning-rlvr: ")]
-    assert err[0].startswith("lightning-rlvr: model.engine: FastEngine (chosen")
-    assert err[1].startswith("lightning-rlvr: prompts: plain layout") and "model.prompt_format" in err[1]
+    said = settings(capsys.readouterr().err)
+    assert said["model.engine"].startswith("model.engine: FastEngine (chosen")
+    assert said["prompts"].startswith("prompts: plain layout") and "model.prompt_format" in said["prompts"]
     policy = save_hf(tmp_path / "qwen", "qwen2")
-    run_cli(
-        "fit",
-        *fit_args(policy),
-        "--model.engine",
-        "lightning_rlvr.engines.hf.HFGenerateEngine",
-        root=tmp_path,
-    )
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightning-rlvr: ")]
-    assert not [line for line in err if "model.engine" in line]  # chosen by the config: nothing to say
-    assert err[0] == "lightning-rlvr: prompts: the tokenizer's chat template (plain instead: " + (
-        "model.prompt_format.chat: never)"
+    hf = "lightning_rlvr.engines.hf.HFGenerateEngine"
+    run_cli("fit", *fit_args(policy), "--model.engine", hf, root=tmp_path)
+    said = settings(capsys.readouterr().err)
+    assert "model.engine" not in said  # chosen by the config: nothing to say
+    assert (
+        said["prompts"]
+        == "prompts: the tokenizer's chat template (plain instead: model.prompt_format.chat: never)"
     )
 
 
