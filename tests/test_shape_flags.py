@@ -84,9 +84,17 @@ def test_a_shape_changing_flag_is_one_line_naming_it_and_the_checkpoints_value(
     assert _files(ckpt.parent.parent.parent) == before
 
 
-def test_several_shape_flags_are_named_together_and_a_harmless_flag_still_runs(checkpoints, tmp_path, capsys):
+@pytest.mark.parametrize("configs", [True, False], ids=["with its configs", "checkpoint alone"])
+def test_several_shape_flags_are_named_together_and_a_harmless_flag_still_runs(
+    checkpoints, configs, tmp_path, capsys
+):
     ckpt = checkpoints[()]
-    base = ["test", "--config", QUICKSTART, "--config", TINY, "--ckpt_path", str(ckpt)]
+    base = [
+        "test",
+        *(["--config", QUICKSTART, "--config", TINY] if configs else []),
+        "--ckpt_path",
+        str(ckpt),
+    ]
     base += ["--trainer.default_root_dir", str(tmp_path)]
     capsys.readouterr()
     with pytest.raises(SystemExit):
@@ -95,8 +103,8 @@ def test_several_shape_flags_are_named_together_and_a_harmless_flag_still_runs(c
     assert "--model.policy.init_args.hidden 64 (the checkpoint's: 32)" in err
     assert "--model.policy.init_args.layers 3 (the checkpoint's: 1)" in err and "change the shape" in err
     # a policy setting that changes no shape (its seed) and the checkpoint's own width both load
-    ok = cli_run([*base, "--model.policy.init_args.hidden", "32", "--data.test_size", "2"])
-    assert ok.model.model.config.hidden_size == 32
+    ok = cli_run([*base, "--model.policy.init_args.hidden", "32", "--model.policy.init_args.seed", "5"])
+    assert ok.model.model.config.hidden_size == 32 and ok.model.policy_source.seed == 5
 
 
 def _edit_hparams(ckpt: Path, out: Path, **policy_args: int) -> Path:

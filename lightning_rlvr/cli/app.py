@@ -55,7 +55,7 @@ from ..core.process import FIT_REPORT_ENV, adopt_parent_from_env, die_with_paren
 from ..core.progress import say
 from ..data import RLVRDataModule
 from ..module import RLVRModule
-from .ckpt_settings import merge_with_checkpoint
+from .ckpt_settings import checkpoint_classes_as_defaults, merge_with_checkpoint
 from .compose import check_loss_settings_agree
 from .options import (
     SUBCOMMAND_HELP,
@@ -108,6 +108,7 @@ class RLVRCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         self._argv = list(sys.argv[1:] if args is None else args) if not isinstance(args, dict) else []
+        checkpoint_classes_as_defaults(parser, self._argv)  # --model.policy.init_args.X with no config
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         resolve_output_paths(self.config[subcommand] if subcommand else self.config)

@@ -77,6 +77,30 @@ def merge_with_checkpoint(hparams: dict, argv: list[str], saved_state: dict | No
     return merged
 
 
+def checkpoint_classes_as_defaults(parser: Any, argv: list[str]) -> None:
+    """Make a ``--ckpt_path`` file's classes (task, policy, ...) the subcommand's defaults before parsing,
+    so ``test --ckpt_path c --model.policy.init_args.hidden 64`` parses against the checkpoint's policy
+    class, as it applies to it, rather than failing on the empty default. Anything unreadable is left to
+    the checkpoint's own checks after parsing."""
+    from ..checkpoints import read_checkpoint
+
+    subcommands = getattr(parser, "_subcommands_action", None)
+    sub = subcommands._name_parser_map.get(argv[0]) if subcommands and argv else None
+    path = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--ckpt_path"), None)
+    path = next((a.split("=", 1)[1] for a in argv if a.startswith("--ckpt_path=")), path)
+    if sub is None or not path or path in ("last", "best", "hpc", "registry") or path.startswith("registry:"):
+        return
+    try:
+        hparams = read_checkpoint(path).get("hyper_parameters") or {}
+    except Exception:  # noqa: BLE001 - reported with its reason once the arguments are parsed
+        return
+    classes = {
+        k: v for k, v in hparams.items() if isinstance(v, dict) and isinstance(v.get("class_path"), str)
+    }
+    if classes:
+        sub.set_defaults({f"model.{k}": copy.deepcopy(v) for k, v in classes.items()})
+
+
 def check_shapes(saved: dict, merged: dict, changes: list[Change], state: dict) -> None:
     """One ``RLVRError`` line when the settings that build weights no longer fit the checkpoint's."""
     suspects = [c for c in changes if c.path[0] in SHAPE_SECTIONS]
