@@ -29,6 +29,8 @@ def test_threads_are_the_default_or_omp_num_threads_and_said_once(run_cli, monke
     last = fit.trainer.checkpoint_callback.last_model_path
     said = [x for x in err if x.startswith("lightning-rlvr: checkpoint:")]
     assert said == [x for x in said if last in x and "test --ckpt_path" in x] and len(said) == 1
+    step = torch.load(last, weights_only=True, mmap=True)["global_step"]
+    assert f"(step {step})" in said[0]  # the checkpoint's own step
 
 
 @pytest.mark.parametrize("bad", ["0", "two", "-1", "1.5"])

@@ -204,9 +204,12 @@ class RLVRCLI(LightningCLI):
             last = callback.last_model_path or callback.best_model_path
             write_text(report, json.dumps({"ckpt_path": last, "global_step": self.trainer.global_step}))
         if self.trainer.is_global_zero and callback is not None and callback.last_model_path:
+            if self.trainer.interrupted:
+                return  # a stopped run says how far its checkpoint is behind (cli/signals.py)
             last = callback.last_model_path
+            step = getattr(callback, "_last_global_step_saved", self.trainer.global_step)
             say(
-                f"checkpoint: {last} (step {self.trainer.global_step}); test it with "
+                f"checkpoint: {last} (step {step}); test it with "
                 f"lightning-rlvr test --ckpt_path {last}, resume with the same command and --ckpt_path last"
             )
 
