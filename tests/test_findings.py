@@ -105,3 +105,31 @@ def test_a_claim_at_unmatched_rates_is_undecided() -> None:
     assert findings._claim_verdict([*row, "3 seeds, paired (df 2), rate-matched", "-"]) == "not reproduced"
     said = findings._claim_verdict([*row, "3 seeds, paired (df 2), rates differ: 0.0002 vs 0.0004", "-"])
     assert said.startswith("undecided: rates differ (0.0002 vs 0.0004)") and said.endswith("not reproduced")
+
+
+def test_no_figure_is_stated_with_two_values_in_readme_and_docs() -> None:
+    assert findings.conflicts(ROOT) == []
+
+
+@pytest.mark.parametrize(
+    "first,second,label",
+    [
+        ("SC-GRPO is -3.8 [-7.8, +0.1] here.", "SC-GRPO: -3.8 [-10.6, +2.9].", "SC-GRPO -3.8"),
+        ("HP-RLVR (paper: 1.2-2.3x faster)", "HP-RLVR, whose paper reports 1.21x faster", "HP-RLVR's paper"),
+        ("At M = 16 the oracle's ceiling is 0.74.", "M = 16: 0.62 [0.46, 0.73] (the ceiling)", "ceiling"),
+    ],
+)
+def test_a_figure_with_two_values_is_reported(tmp_path: Path, first: str, second: str, label: str) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text(f"# x\n\n{first}\n")
+    (tmp_path / "docs/a.md").write_text(f"# a\n\n{second}\n")
+    found = findings.conflicts(tmp_path)
+    assert len(found) == 1 and label in found[0] and "README.md" in found[0] and "docs/a.md" in found[0]
+    (tmp_path / "docs/a.md").write_text(f"# a\n\n{first}\n")  # the same value twice is one statement
+    assert findings.conflicts(tmp_path) == []
+
+
+def test_a_paired_difference_is_its_own_statistic(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("KTAE: -4.0 [-10.8, +2.7] pooled; KTAE's paired -4.0 [-5.4, -2.6].\n")
+    assert findings.conflicts(tmp_path) == []
