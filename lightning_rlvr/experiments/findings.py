@@ -223,7 +223,8 @@ def chance_word(holding: int, groups: int) -> str:
     p = binomial_p(holding, groups)
     if p >= CHANCE_ALPHA:
         return f"indistinguishable from chance (p {p:.2f})"
-    return f"{'beyond' if 2 * holding > groups else 'below'} chance (p {p:.3f})"
+    shown = "< 0.001" if p < 0.001 else f"{p:.3f}"
+    return f"{'beyond' if 2 * holding > groups else 'below'} chance (p {shown})"
 
 
 # ---------------------------------------------------------------------------- the wording
@@ -279,8 +280,10 @@ def at_a_glance(root: Path) -> str:
     for c in labels:
         extra = f"; {notes[c]}" if c in notes else ""
         lines.append(
-            f"- {c}: {shared_draw(cols[c])}{extra}. Every method there pairs with the same GRPO runs, so "
-            "all its differences share one draw of the baseline."
+            _wrap(
+                f"- {c}: {shared_draw(cols[c])}{extra}. Every method there pairs with the same GRPO runs, "
+                "so all its differences share one draw of the baseline."
+            )
         )
     return "\n".join(lines)
 
