@@ -413,6 +413,7 @@ def test_training_evaluation_and_warm_start_all_sample_through_the_engine(tmp_pa
         limit_val_batches=1,
         val_check_interval=2,
         num_sanity_val_steps=0,
+        default_root_dir=tmp_path,  # its per-prompt results land there, not in the working directory
     ).fit(module, RLVRDataModule(batch_size=2, val_size=2, eval_batch_size=2))
     # warm start: 1 check before training + 1 per step (n = 1); validation at start and at step 2 (n = 2);
     # two RL steps (n = G = 3; Lightning's max_steps counts optimiser steps: 2 per RL step here)
