@@ -85,7 +85,9 @@ def row_shares(report_dir: Path, methods: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report_dir", type=Path)
-    parser.add_argument("--axis", default="sampling_key", help="the results.csv column of the sampling axis")
+    parser.add_argument(
+        "--axis", default="model.sampling_key", help="the results.csv column of the sampling axis"
+    )
     parser.add_argument("--metric", default="test/pass@1")
     parser.add_argument(
         "--samples", nargs="*", default=[], help="METHOD:SAMPLING=PATH to a samples/fit.jsonl"

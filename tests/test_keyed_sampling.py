@@ -146,7 +146,7 @@ def test_coupling_counts_the_steps_two_methods_sample_one_rollout(tmp_path, caps
         ("grpo", "stream"): [1, 2, 3, 4],
         ("dr", "stream"): [1, 5, 6, 7],
     }
-    rows = ["run_id,method,sampling_key,seed,test/pass@1"]
+    rows = ["run_id,method,model.sampling_key,seed,test/pass@1"]
     for (method, key), values in hashes.items():
         for seed, score in [(0, 0.5), (1, 0.6)]:
             run = f"{method}__{key}__{seed}"
@@ -163,11 +163,11 @@ def test_coupling_counts_the_steps_two_methods_sample_one_rollout(tmp_path, caps
     assert "| keyed | 2 | 2 | +10.00 | 0.00 |" in text and "| stream | 2 | 1 | +12.50 | 3.54 |" in text
     (tmp_path / "results.csv").write_text("run_id,method,seed,test/pass@1\n")
     assert _coupling_script().main([str(tmp_path)]) == 2
-    assert "no column 'sampling_key'" in capsys.readouterr().err
+    assert "no column 'model.sampling_key'" in capsys.readouterr().err
 
 
 def test_coupling_row_by_row_from_sample_logs(tmp_path):
-    rows = ["run_id,method,sampling_key,seed,test/pass@1"]
+    rows = ["run_id,method,model.sampling_key,seed,test/pass@1"]
     for method in ("grpo", "dr"):
         run = f"{method}__keyed__0"
         rows.append(f"{run},{method},keyed,0,0.5")
