@@ -78,13 +78,14 @@ def method_configs(config: str) -> list[str]:
 
 def hindsight_settings() -> dict:
     """HP-RLVR's credit settings on episodes: the method file's, then the environment's own texts."""
+    from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
     from lightning_rlvr.envs.base import Environment
 
     merged: dict = {}
     for config in method_configs(METHODS[HP][1]):
         model = (yaml.safe_load((REPO / config).read_text()) or {}).get("model", {})
         merged.update(model.get("credit", {}).get("init_args", {}))
-    return {**Environment.method_texts["hp_rlvr"], **merged}
+    return {**HPRLVRCredit.settings_from(Environment.role_texts), **merged}
 
 
 # ---------------------------------------------------------------------- budget arithmetic

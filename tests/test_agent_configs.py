@@ -1,4 +1,4 @@
-"""A method's text on episodes comes from the environment (``Environment.method_texts``), not from a file.
+"""A method's text on episodes comes from the environment by role (``Environment.role_texts``), not a file.
 
 On a word vocabulary (``lightning_rlvr/envs/vocab.py``) a method's literal text must be made of tokens
 every such vocabulary has, and the self-conditioned teachers' contexts must keep the layout of an
@@ -16,6 +16,7 @@ import torch
 import yaml
 
 from lightning_rlvr.collect.episodes import expert_rollout
+from lightning_rlvr.core import text_roles as roles
 from lightning_rlvr.credit.self_conditioned import ContextTemplate
 from lightning_rlvr.envs.base import Environment
 from lightning_rlvr.envs.vocab import build_word_tokenizer, tokenizer_for, word_vocabulary
@@ -23,8 +24,7 @@ from tests.conftest import AGENT_CONFIGS, REPO
 from tests.toy_env import EchoWords
 
 OVERLAYS = sorted(AGENT_CONFIGS.glob("*.yaml"))
-TEMPLATES = ("template", "peer_template", "answer_template", "hindsight_template")  # with {fields}
-TEXTS = ("separator", "pass_text", "fail_text", "step_delimiter")  # plain text
+CONTEXTS = (roles.PEER_CONTEXT, roles.PEER_ANSWER_CONTEXT, roles.ANSWER_CONTEXT, roles.NO_PEER_CONTEXT)
 FIELD = re.compile(r"\{(prompt|reference|answer|future|verdict|feedback)\}")
 METHODS = {"sc_grpo": "SCGRPOCredit", "hsd": "HSDCredit", "hp_rlvr": "HPRLVRCredit"}
 
@@ -35,16 +35,17 @@ def credit_class(key: str):
     return getattr(importlib.import_module(module), name)
 
 
-def test_the_environment_has_texts_for_the_self_conditioned_and_hindsight_methods():
-    assert set(Environment.method_texts) >= set(METHODS)
-
-
 @pytest.mark.parametrize("key", sorted(METHODS))
-def test_the_environments_texts_are_settings_of_the_method(key):
+def test_the_environments_texts_are_settings_of_the_self_conditioned_and_hindsight_methods(key):
     cls = credit_class(key)
-    assert cls.__name__ == METHODS[key] and cls.texts_key == key
-    assert set(Environment.method_texts[key]) <= set(cls.text_defaults)
-    cls(**Environment.method_texts[key])  # the constructor accepts them
+    assert cls.__name__ == METHODS[key]
+    settings = cls.settings_from(Environment.role_texts)
+    assert settings and set(settings) <= set(cls.text_defaults)
+    cls(**settings)  # the constructor accepts them
+
+
+def test_the_environments_roles_are_known_roles():
+    assert set(Environment.role_texts) <= set(roles.ROLES)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.stem)
@@ -53,22 +54,21 @@ def test_an_overlay_holds_no_credit_text(overlay):
     assert not extra, f"{overlay.name}: a method's text on episodes belongs to the environment"
 
 
-@pytest.mark.parametrize("key", sorted(METHODS))
-def test_the_environments_literal_text_is_known_to_every_word_vocabulary(key):
+@pytest.mark.parametrize("role", sorted(Environment.role_texts))
+def test_the_environments_literal_text_is_known_to_every_word_vocabulary(role):
     """Encoded with a vocabulary of no game at all (special tokens and the base alphabet), the text
     between the placeholders has no <unk>: every game's vocabulary has these tokens too."""
     tok = build_word_tokenizer(word_vocabulary([]))
-    texts = Environment.method_texts[key]
-    pieces = [p for name in TEMPLATES if name in texts for p in FIELD.split(texts[name])[::2]]
-    pieces += [texts[name] for name in TEXTS if name in texts]
+    text = Environment.role_texts[role]
+    pieces = [p for t in (text if isinstance(text, list) else [text]) for p in FIELD.split(t)[::2]]
     assert pieces
     for piece in filter(None, pieces):
         ids = tok(piece, add_special_tokens=False)["input_ids"]
-        assert tok.unk_token_id not in ids, f"{key}: {piece!r} -> {tok.convert_ids_to_tokens(ids)}"
+        assert tok.unk_token_id not in ids, f"{role}: {piece!r} -> {tok.convert_ids_to_tokens(ids)}"
 
 
-@pytest.mark.parametrize("key", ["template", "peer_template", "answer_template"])
-def test_a_self_conditioned_teacher_context_keeps_the_layout_of_an_episode(key):
+@pytest.mark.parametrize("role", [r for r in CONTEXTS if r in Environment.role_texts])
+def test_a_self_conditioned_teacher_context_keeps_the_layout_of_an_episode(role):
     """On real episodes (EchoWords, its word tokenizer): every action ends with EOS and an observation
     follows it; a template's literal <eos> is that one token, so the teacher reads the peer's episode,
     EOS, and the first observation again, as an observation after an action. A template without
@@ -84,14 +84,11 @@ def test_a_self_conditioned_teacher_context_keeps_the_layout_of_an_episode(key):
         assert all(not policy[t + 1] for t in ends[:-1])  # an observation follows every action but the last
     encode = lambda text: torch.tensor(tok(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     scorer = SimpleNamespace(encode=encode, render=None)  # Scorer.encode's call, the plain layout
-    users = [m for m, texts in Environment.method_texts.items() if key in texts]
-    assert users, f"the environment sets no {key}"
-    for overlay in users:
-        template = ContextTemplate(Environment.method_texts[overlay][key])
-        prompt = rollout.prompt_tokens(0).tolist()
-        peer = rollout.completion_tokens(1).tolist()
-        context = template.build(scorer, rollout, 0, 1 if "reference" in template.fields else None).tolist()
-        if "reference" in template.fields:
-            assert context == prompt + peer[:-1] + [tok.eos_token_id] + prompt, overlay
-        else:
-            assert context == prompt, overlay
+    template = ContextTemplate(Environment.role_texts[role])
+    prompt = rollout.prompt_tokens(0).tolist()
+    peer = rollout.completion_tokens(1).tolist()
+    context = template.build(scorer, rollout, 0, 1 if "reference" in template.fields else None).tolist()
+    if "reference" in template.fields:
+        assert context == prompt + peer[:-1] + [tok.eos_token_id] + prompt, role
+    else:
+        assert context == prompt, role

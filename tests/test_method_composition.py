@@ -1,10 +1,10 @@
 """Method swaps compose: every method file with every quickstart gets that task's text, or one error line.
 
 A method file (``configs/method/*.yaml``) carries no task-specific text; the task supplies it for its plain
-layout (``Task.method_texts``) and the method's own defaults apply otherwise (``credit/texts.py``). For
-every pair (method file, quickstart config) the credit built from the method file, resolved against the
-quickstart's task and tokenizer, either uses exactly the task's text (never another task's) or stops with
-one ``lightning-rlvr: error:`` line naming the setting.
+layout by role (``Task.role_texts``, ``core/text_roles.py``) and the method's own defaults apply otherwise
+(``credit/texts.py``). For every pair (method file, quickstart config) the credit built from the method
+file, resolved against the quickstart's task and tokenizer, either uses exactly the task's text (never
+another task's) or stops with one ``lightning-rlvr: error:`` line naming the setting.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from lightning_rlvr.core.errors import RLVRError
-from lightning_rlvr.credit.texts import TaskTexts
+from lightning_rlvr.credit.texts import TextSettings
 from lightning_rlvr.envs.vocab import build_word_tokenizer, word_vocabulary
 from lightning_rlvr.experiments.credit_lab.view import load_credit
 from lightning_rlvr.models import build_tiny_tokenizer
@@ -52,22 +52,18 @@ def quickstart(path: Path) -> tuple[type, object]:
     return load(model["task"]["class_path"]), TOKENIZERS.get(policy, real_tokenizer)()
 
 
-def all_texts() -> dict[str, list[dict]]:
-    """Every known task's and vocabulary's texts, by method key."""
+def all_texts(credit: TextSettings) -> list[dict]:
+    """Every known task's and vocabulary's texts, as ``credit``'s settings."""
     from lightning_rlvr.envs.base import Environment
-    from lightning_rlvr.models import TINY_METHOD_TEXTS
+    from lightning_rlvr.models import TINY_ROLE_TEXTS
 
-    out: dict[str, list[dict]] = {}
-    for source in (TINY_METHOD_TEXTS, Environment.method_texts):
-        for key, texts in source.items():
-            out.setdefault(key, []).append(texts)
-    return out
+    return [t for t in (credit.settings_from(s) for s in (TINY_ROLE_TEXTS, Environment.role_texts)) if t]
 
 
 @pytest.mark.parametrize("method", METHODS, ids=lambda p: p.stem)
 def test_a_method_file_carries_no_task_text(method):
     credit = load_credit(method)
-    if not isinstance(credit, TaskTexts):
+    if not isinstance(credit, TextSettings):
         return
     init_args = yaml.safe_load(method.read_text())["model"]["credit"].get("init_args") or {}
     assert not set(init_args) & set(credit.text_defaults), f"{method.name} sets a task's text"
@@ -78,7 +74,7 @@ def test_a_method_file_carries_no_task_text(method):
 def test_a_method_gets_its_tasks_text_or_one_error_line(method, base):
     task, tokenizer = quickstart(base)
     credit = load_credit(method)
-    if not isinstance(credit, TaskTexts):
+    if not isinstance(credit, TextSettings):
         return
     chat = bool(getattr(tokenizer, "chat_template", None))  # a chat model renders (its prompt format)
     render = (
@@ -87,8 +83,8 @@ def test_a_method_gets_its_tasks_text_or_one_error_line(method, base):
     scorer = SimpleNamespace(task=task, render=render, tokenizer=tokenizer)
     own = (
         {  # the task's texts over the vocabulary's (credit/texts.py), in the plain layout only
-            **(getattr(tokenizer, "method_texts", None) or {}).get(credit.texts_key, {}),
-            **task.method_texts.get(credit.texts_key, {}),
+            **credit.settings_from(getattr(tokenizer, "role_texts", None) or {}),
+            **credit.settings_from(task.role_texts),
         }
         if render is None
         else {}
@@ -105,6 +101,6 @@ def test_a_method_gets_its_tasks_text_or_one_error_line(method, base):
             assert value == own[name], (name, value)
         else:  # the method's default: never another task's text
             assert value == credit.text_defaults[name], (name, value)
-    for other in all_texts().get(credit.texts_key, []):
+    for other in all_texts(credit):
         if any(other.get(k) != own.get(k) for k in other):
             assert any(texts[k] != v for k, v in other.items()), f"{base.name} got another task's text"

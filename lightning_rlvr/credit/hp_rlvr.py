@@ -62,10 +62,11 @@ import torch
 from torch import Tensor
 
 from ..core.rollout import Rollout
+from ..core.text_roles import FAIL_TEXT, HINDSIGHT, HINDSIGHT_SEPARATOR, PASS_TEXT, STEP_DELIMITER
 from ..prompts import fill
 from ..scoring.scorer import Scorer
 from .base import Credit, CreditAssigner
-from .texts import TaskTexts
+from .texts import TextSettings
 
 LN2 = math.log(2.0)
 _FIELDS = ("future", "verdict", "feedback")
@@ -119,12 +120,13 @@ def split_steps(is_delim: Tensor, max_steps: int) -> Tensor:
     return raw if n <= max_steps else (raw * max_steps) // n
 
 
-class HPRLVRCredit(TaskTexts, CreditAssigner):
+class HPRLVRCredit(TextSettings, CreditAssigner):
     """c_t = w_t (r - b_x) with w_t = JSD(causal, hindsight) / ln 2 and a per-prompt moving-average baseline.
 
     Args:
         step_delimiter, hindsight_template, separator, pass_text, fail_text: the method's text; None =
-            the task's text for its plain layout, else the default given here (``credit/texts.py``).
+            the task's text for the role each reads (``text_roles``) in its plain layout, else the
+            default given here (``credit/texts.py``).
             With a prompt format, the hindsight and separator follow the prompt's text in the user
             turn, which is re-rendered (``lightning_rlvr/prompts.py``).
         step_delimiter: text that ends a step [proposed: newline]. Every token whose
@@ -167,14 +169,12 @@ class HPRLVRCredit(TaskTexts, CreditAssigner):
             raise ValueError("momentum must be in [0, 1]")
         if max_prompts < 1:
             raise ValueError("max_prompts must be >= 1")
-        self._given = {
-            "step_delimiter": step_delimiter,
-            "hindsight_template": hindsight_template,
-            "separator": separator,
-            "pass_text": pass_text,
-            "fail_text": fail_text,
-        }
-        self.check_texts({k: v for k, v in self._given.items() if v is not None})
+        self.step_delimiter = step_delimiter
+        self.hindsight_template = hindsight_template
+        self.separator = separator
+        self.pass_text = pass_text
+        self.fail_text = fail_text
+        self.check_texts({k: getattr(self, k) for k in self.text_defaults if getattr(self, k) is not None})
         self.max_steps = max_steps
         self.momentum = momentum
         self.initial_baseline = initial_baseline
@@ -184,7 +184,13 @@ class HPRLVRCredit(TaskTexts, CreditAssigner):
         self.global_count = 0
         self._delim_cache: tuple[int, str, Tensor] | None = None  # (id(tokenizer), delimiter, ids)
 
-    texts_key = "hp_rlvr"
+    text_roles = {
+        "step_delimiter": (STEP_DELIMITER,),
+        "hindsight_template": (HINDSIGHT,),
+        "separator": (HINDSIGHT_SEPARATOR,),
+        "pass_text": (PASS_TEXT,),
+        "fail_text": (FAIL_TEXT,),
+    }
     text_defaults = {
         "step_delimiter": "\n",
         "hindsight_template": "\nLater steps:\n{future}\nVerifier: {verdict}. {feedback}",

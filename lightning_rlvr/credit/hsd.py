@@ -48,6 +48,7 @@ from torch import Tensor
 
 from ..core.objectives import AGGREGATIONS
 from ..core.rollout import Rollout
+from ..core.text_roles import ANSWER_CONTEXT, NO_PEER_CONTEXT, PEER_ANSWER_CONTEXT, PEER_CONTEXT
 from ..scoring.logprobs import TopK
 from ..scoring.scorer import Scorer
 from .base import Credit
@@ -59,7 +60,7 @@ from .self_conditioned import (
     generalized_jsd,
     span_mask,
 )
-from .texts import TaskTexts
+from .texts import TextSettings
 
 DEFAULT_PEER_TEMPLATE = (
     "{prompt}\nA successful solution to this problem follows; use it as a reference.\n"
@@ -68,16 +69,18 @@ DEFAULT_PEER_TEMPLATE = (
 DEFAULT_ANSWER_TEMPLATE = "{prompt}\nThe correct final answer is {answer}."
 
 
-class HSDCredit(TaskTexts, SelfConditionedCredit):
+class HSDCredit(TextSettings, SelfConditionedCredit):
     """Hindsight self-distillation (see the module docstring).
 
     Args:
         peer_template: teacher context with a successful peer; placeholders ``{prompt}``,
             ``{reference}`` (the peer's completion), ``{answer}`` (``problem.answer``) [proposed].
-            None = the task's text for its plain layout, else ``DEFAULT_PEER_TEMPLATE``
+            None = the task's ``peer_answer_context`` (else ``peer_context``) for its plain layout, else
+            ``DEFAULT_PEER_TEMPLATE``
             (``credit/texts.py``); with a prompt format it is the user turn's text.
         answer_template: teacher context when no peer success exists (``{prompt}``, ``{answer}``);
-            None as for ``peer_template`` (default ``DEFAULT_ANSWER_TEMPLATE``).
+            None = the task's ``no_peer_context`` (else ``answer_context``), else
+            ``DEFAULT_ANSWER_TEMPLATE``.
         distill_coef: lambda, the weight of the distillation term [proposed: 1].
         beta: skew of the JSD [proposed: 0.5, the symmetric JSD].
         clip: per-token clip of the JSD [proposed: 0.05].
@@ -110,7 +113,8 @@ class HSDCredit(TaskTexts, SelfConditionedCredit):
             raise ValueError(f"apply_to must be 'failed' or 'all', got {apply_to!r}")
         if not 0.0 < beta < 1.0:
             raise ValueError(f"beta must lie in (0, 1), got {beta}")
-        self._given = {"peer_template": peer_template, "answer_template": answer_template}
+        self.peer_template = peer_template
+        self.answer_template = answer_template
         if answer_template is not None:
             self.check_texts({"answer_template": answer_template})
         self.distill_coef = distill_coef
@@ -126,7 +130,10 @@ class HSDCredit(TaskTexts, SelfConditionedCredit):
         self.teacher_top_k = teacher_top_k
         self.distill_agg = distill_agg
 
-    texts_key = "hsd"
+    text_roles = {
+        "peer_template": (PEER_ANSWER_CONTEXT, PEER_CONTEXT),
+        "answer_template": (NO_PEER_CONTEXT, ANSWER_CONTEXT),
+    }
     text_defaults = {"peer_template": DEFAULT_PEER_TEMPLATE, "answer_template": DEFAULT_ANSWER_TEMPLATE}
 
     def check_texts(self, texts: dict) -> None:

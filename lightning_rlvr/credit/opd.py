@@ -75,7 +75,7 @@ class OPDCredit(OPSDCredit):
         teacher: where the teacher model and tokenizer come from.
         teacher_warm_start: supervised warm start of the teacher before RL (cached); None = as loaded.
         teacher_template: the teacher's context (``{prompt}``, ``{answer}``) [paper: the prompt alone];
-            None = the task's text for its plain layout (``credit/texts.py``), else ``{prompt}``.
+            None = ``{prompt}`` (a different model reads no task's text).
         distill_coef: weight of the divergence term [proposed: 1].
         pg_coef: weight of the GRPO term; 0 = pure distillation [proposed: 0].
         divergence: ``reverse_kl`` [paper] or ``jsd``.
@@ -113,7 +113,7 @@ class OPDCredit(OPSDCredit):
         self.teacher_warm_start_summary: dict | None = None
         self._teacher: list = []  # [model] once loaded; a list keeps it out of any module registration
 
-    texts_key = "opd"
+    text_roles = {"teacher_template": ()}  # a different model's teacher: no task text, its own prompt
     text_defaults = {"teacher_template": "{prompt}"}
 
     @property

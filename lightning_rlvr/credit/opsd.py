@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from ..core.rollout import Rollout
+from ..core.text_roles import ANSWER_CONTEXT
 from ..scoring.scorer import Scorer
 from .base import Credit, CreditAssigner
 from .distill import teacher_token_loss
@@ -47,7 +48,7 @@ from .self_conditioned import (
     generalized_jsd,
     span_mask,
 )
-from .texts import TaskTexts
+from .texts import TextSettings
 
 Divergence = Literal["reverse_kl", "jsd"]
 
@@ -74,13 +75,13 @@ def distill_divergence(
     return generalized_jsd(teacher_logp.clamp(min=floor), student_logp.clamp(min=floor), beta)
 
 
-class OPSDCredit(TaskTexts, CreditAssigner):
+class OPSDCredit(TextSettings, CreditAssigner):
     """On-policy self-distillation (see the module docstring).
 
     Args:
         teacher_template: the teacher's context, with ``{prompt}`` (the row's prompt ids) and
             ``{answer}`` (``problem.answer``) [paper: the prompt plus privileged information; the
-            wording is ours]. None = the task's text for its plain layout, else
+            wording is ours]. None = the task's ``answer_context`` for its plain layout, else
             ``DEFAULT_ANSWER_TEMPLATE`` (``credit/texts.py``); with a prompt format, the user turn's text.
         distill_coef: weight of the divergence term [proposed: 1].
         pg_coef: weight of the GRPO term (scales the advantages); 0 = pure distillation [proposed: 0].
@@ -113,9 +114,9 @@ class OPSDCredit(TaskTexts, CreditAssigner):
             raise ValueError(f"apply_to must be 'all' or 'failed', got {apply_to!r}")
         if not math.isfinite(logp_floor):
             raise ValueError(f"logp_floor must be a finite number, got {logp_floor}")
-        self._given = {"teacher_template": teacher_template}
+        self.teacher_template = teacher_template
         if teacher_template is not None:
-            self.check_texts(self._given)
+            self.check_texts({"teacher_template": teacher_template})
         self.distill_coef = distill_coef
         self.pg_coef = pg_coef
         self.divergence = divergence
@@ -123,7 +124,7 @@ class OPSDCredit(TaskTexts, CreditAssigner):
         self.logp_floor = logp_floor
         self.apply_to = apply_to
 
-    texts_key = "opsd"
+    text_roles = {"teacher_template": (ANSWER_CONTEXT,)}
     text_defaults = {"teacher_template": DEFAULT_ANSWER_TEMPLATE}
 
     def check_texts(self, texts: dict) -> None:

@@ -48,9 +48,10 @@ import torch
 from torch import Tensor
 
 from ..core.rollout import Rollout
+from ..core.text_roles import ANSWER_CUE, REASONING_KEYWORDS, SEGMENT_BOUNDARIES
 from ..scoring.scorer import Scorer
 from .base import Credit, CreditAssigner
-from .texts import TaskTexts
+from .texts import TextSettings
 
 DEFAULT_BOUNDARY_TEXTS = ["\n\n"]
 DEFAULT_KEYWORDS = ["Therefore", "So", "Thus", "Next", "First", "Then", "Finally", "Wait"]
@@ -192,7 +193,7 @@ class Redistribution:
     model_value_last: Tensor  # [N] the last value estimated by the model (before the reward replaces it)
 
 
-class RREDCoTCredit(TaskTexts, CreditAssigner):
+class RREDCoTCredit(TextSettings, CreditAssigner):
     """Reward redistribution over reasoning segments, valued by the model's own answer probability.
 
     Args:
@@ -202,7 +203,8 @@ class RREDCoTCredit(TaskTexts, CreditAssigner):
             matched with and without a leading space.
         answer_cue: text between the partial chain and the reference answer in the value
             query [proposed: " The answer is "].
-            ``boundary_texts``, ``keywords`` and ``answer_cue`` left None come from the task for its
+            ``boundary_texts``, ``keywords`` and ``answer_cue`` left None come from the task's
+            ``segment_boundaries``, ``reasoning_keywords`` and ``answer_cue`` for its
             plain layout, else the defaults above (``credit/texts.py``); boundary texts and keywords
             the vocabulary cannot spell are skipped, an unspellable cue is an error.
         delta_frac: delta = delta_frac * mean_k |r_k| in the weight formula [proposed]; relative to
@@ -231,12 +233,18 @@ class RREDCoTCredit(TaskTexts, CreditAssigner):
         if num_segments < 1:
             raise ValueError("num_segments must be >= 1")
         self.num_segments = num_segments
-        self._given = {"boundary_texts": boundary_texts, "keywords": keywords, "answer_cue": answer_cue}
+        self.boundary_texts = boundary_texts
+        self.keywords = keywords
+        self.answer_cue = answer_cue
         self.delta_frac = delta_frac
         self.last_value_is_reward = last_value_is_reward
         self.segment_turns = segment_turns
 
-    texts_key = "rredcot"
+    text_roles = {
+        "boundary_texts": (SEGMENT_BOUNDARIES,),
+        "keywords": (REASONING_KEYWORDS,),
+        "answer_cue": (ANSWER_CUE,),
+    }
     text_defaults = {
         "boundary_texts": DEFAULT_BOUNDARY_TEXTS,
         "keywords": DEFAULT_KEYWORDS,

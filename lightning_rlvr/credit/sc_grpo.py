@@ -40,6 +40,7 @@ import torch
 from ..core.distributed import gather_values
 from ..core.objectives import standardize
 from ..core.rollout import Rollout
+from ..core.text_roles import PEER_CONTEXT
 from ..scoring.scorer import Scorer
 from .base import Credit
 from .self_conditioned import (
@@ -50,7 +51,7 @@ from .self_conditioned import (
     quantile,
     span_mask,
 )
-from .texts import TaskTexts
+from .texts import TextSettings
 
 DEFAULT_TEMPLATE = (
     "{prompt}\nA verified correct solution to this problem follows; use it as a reference.\n"
@@ -58,12 +59,12 @@ DEFAULT_TEMPLATE = (
 )
 
 
-class SCGRPOCredit(TaskTexts, SelfConditionedCredit):
+class SCGRPOCredit(TextSettings, SelfConditionedCredit):
     """SC-GRPO token weights (see the module docstring).
 
     Args:
         template: the teacher's prompt with ``{prompt}`` and ``{reference}`` (the reference rollout's
-            completion) [proposed]; None = the task's text for its plain layout, else
+            completion) [proposed]; None = the task's ``peer_context`` for its plain layout, else
             ``DEFAULT_TEMPLATE`` (``credit/texts.py``). With a prompt format it is the user turn's text.
         alpha: scale of the diversity advantage in all-wrong groups [proposed].
         quantile_level: percentile of D that sets c [paper: 0.75].
@@ -84,15 +85,15 @@ class SCGRPOCredit(TaskTexts, SelfConditionedCredit):
         scale_by_std: bool = True,
     ) -> None:
         super().__init__(seed=seed, scale_by_std=scale_by_std)
-        self._given = {"template": template}
+        self.template = template
         if template is not None:
-            self.check_texts(self._given)
+            self.check_texts({"template": template})
         self.alpha = alpha
         self.quantile_level = quantile_level
         self.c_min = c_min
         self.eps = eps
 
-    texts_key = "sc_grpo"
+    text_roles = {"template": (PEER_CONTEXT,)}
     text_defaults = {"template": DEFAULT_TEMPLATE}
 
     def check_texts(self, texts: dict) -> None:

@@ -1,20 +1,22 @@
-"""A credit method's task-specific text (templates, delimiters, cues): the one place that picks it.
+"""A credit method's text settings (templates, delimiters, cues), each resolved from the roles it reads.
 
-Layer: credit (imports ``errors`` only).
+Layer: credit (imports ``core`` only).
 
 Methods that put text in front of the policy (SC-GRPO's peer template, HSD's, OPSD's teacher prompt,
 HP-RLVR's hindsight, RREDCoT's cue) or cut completions at text (step delimiters) need words the
 policy's tokenizer can spell and that fit the task's own format. Those are facts of the task and its
-vocabulary, not of the method, so a method file (``configs/method/*.yaml``) leaves them unset (None)
-and each is resolved when the method first scores a rollout, in this order:
+vocabulary, not of the method: tasks, environments and tokenizers provide texts by ROLE (what the text
+is for, ``lightning_rlvr/core/text_roles.py``), and a method maps each of its settings to the roles it
+reads (``text_roles``), first provided first. A method file (``configs/method/*.yaml``) leaves the
+settings unset (None) and each is resolved when the method first scores a rollout, in this order:
 
 1. the value given to the constructor (YAML or ``--model.credit.init_args.<name>``);
-2. with the plain layout (no prompt format: the prompt as is), the task's own value, from
-   ``Task.method_texts[<method key>]`` -- e.g. a text game's episode layout (``Environment``);
-3. with the plain layout, the vocabulary's own value, from ``tokenizer.method_texts[<method key>]`` --
-   e.g. the tiny tokenizer's 24 symbols (``models.TINY_METHOD_TEXTS``: ``;``-separated templates);
-4. the method's default (English, for real tokenizers; with a prompt format the privileged text goes
-   in the user turn and is re-rendered, ``lightning_rlvr/prompts.py``).
+2. with the plain layout (no prompt format: the prompt as is), the task's text for one of the setting's
+   roles (``Task.role_texts``) -- e.g. a text game's episode layout (``Environment``);
+3. with the plain layout, the vocabulary's (``tokenizer.role_texts``) -- e.g. the tiny tokenizer's 24
+   symbols (``models.TINY_ROLE_TEXTS``: ``;``-separated templates);
+4. the method's default (``text_defaults``: English, for real tokenizers; with a prompt format the
+   privileged text goes in the user turn and is re-rendered, ``lightning_rlvr/prompts.py``).
 
 Whatever is chosen is then checked against the tokenizer: a text it can only encode with its unknown
 token stops the run with one line naming the setting, instead of a teacher that reads ``<unk>``.
@@ -22,22 +24,34 @@ token stops the run with one line naming the setting, instead of a teacher that 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..core.errors import RLVRError
+from ..core.text_roles import provided_texts
 
 
-class TaskTexts:
-    """Mixin for credit assigners with task-specific text settings (see the module docstring).
+class TextSettings:
+    """Mixin for credit assigners with text settings (see the module docstring).
 
-    Subclasses set ``texts_key`` (the name a task lists their texts under) and ``text_defaults``
-    (setting -> the method's own default), keep each setting's constructor value (None = unset) in
-    ``self._given``, and read the resolved values with ``self.texts(scorer)``.
+    Subclasses set ``text_roles`` (setting -> the roles it is read from, first provided first; empty:
+    the default only) and ``text_defaults`` (setting -> the method's own default), keep each setting's
+    constructor value (None = unset) in the attribute of its name, and read the resolved values with
+    ``self.texts(scorer)``.
     """
 
-    texts_key: str = ""
+    text_roles: dict[str, tuple[str, ...]] = {}
     text_defaults: dict[str, Any] = {}
-    _given: dict[str, Any]
+
+    @classmethod
+    def settings_from(cls, role_texts: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings that ``role_texts`` (a source's texts by role) gives this method."""
+        out = {}
+        for name, roles in cls.text_roles.items():
+            found = [role_texts[r] for r in roles if r in role_texts]
+            if found:
+                out[name] = found[0]
+        return out
 
     def texts(self, scorer) -> dict[str, Any]:
         """Every text setting resolved for this scorer's task, layout and tokenizer (cached per run)."""
@@ -46,10 +60,10 @@ class TaskTexts:
         cache = self.__dict__.setdefault("_texts_cache", {})
         if key not in cache:
             sources = [task, scorer.tokenizer] if plain else []  # the task's texts, then the vocabulary's
-            found = [(getattr(s, "method_texts", None) or {}).get(self.texts_key, {}) for s in sources]
+            found = [self.settings_from(provided_texts(s)) for s in sources]
             resolved = {}
             for name, default in self.text_defaults.items():
-                given = self._given.get(name)
+                given = getattr(self, name, None)
                 resolved[name] = (
                     given if given is not None else next((f[name] for f in found if name in f), default)
                 )
@@ -81,6 +95,6 @@ def check_encodable(tokenizer, method: str, texts: dict[str, Any], literals: dic
                 raise RLVRError(
                     f"{method}: {name}={texts[name]!r} has text this tokenizer can only encode as its "
                     f"unknown token ({piece!r}); set model.credit.init_args.{name} in this task's "
-                    "vocabulary, or give the task its own texts for the method (Task.method_texts, "
+                    "vocabulary, or give the task its own text for the role it reads (Task.role_texts, "
                     "docs/privileged_contexts.md)"
                 )

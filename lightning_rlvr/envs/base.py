@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 
+from ..core import text_roles as roles
 from ..core.problem import Problem, Verdict
 from ..core.rollout import Rollout
 from ..tasks.base import Task
@@ -41,21 +42,20 @@ class Environment(Task):
 
     max_turns: int = 20
 
-    # Credit methods' text for episodes in a word vocabulary (envs/vocab.py), used without a prompt format
-    # (credit/texts.py). The prompt is the first observation and {reference} a peer's whole episode (its
+    # Texts by role for episodes in a word vocabulary (envs/vocab.py), used without a prompt format
+    # (core/text_roles.py). The prompt is the first observation and {reference} a peer's whole episode (its
     # final EOS removed), which ends with an action; every action ends with <eos> before an observation, so
     # "<eos>" (the word tokenizer's EOS) makes the repeated first observation read as the next one.
-    # Without a successful peer, HSD's teacher sees the prompt alone (the answer "won" tells it nothing).
-    # HP-RLVR's hindsight: the reply to the action, every later turn, the verdict and the game's message.
-    method_texts = {
-        "sc_grpo": {"template": "{prompt}{reference}<eos>{prompt}"},
-        "hsd": {"peer_template": "{prompt}{reference}<eos>{prompt}", "answer_template": "{prompt}"},
-        "hp_rlvr": {
-            "hindsight_template": "\n{future}\n{verdict}. {feedback}",
-            "separator": "\n",
-            "pass_text": "1",
-            "fail_text": "0",
-        },
+    # Without a successful peer a teacher sees the prompt alone (the answer "won" tells it nothing), and
+    # there is no answer context. The hindsight: the reply to the action, every later turn, the verdict and
+    # the game's message.
+    role_texts = {
+        roles.PEER_CONTEXT: "{prompt}{reference}<eos>{prompt}",
+        roles.NO_PEER_CONTEXT: "{prompt}",
+        roles.HINDSIGHT: "\n{future}\n{verdict}. {feedback}",
+        roles.HINDSIGHT_SEPARATOR: "\n",
+        roles.PASS_TEXT: "1",
+        roles.FAIL_TEXT: "0",
     }
 
     def reset(self, problem: Problem) -> str:

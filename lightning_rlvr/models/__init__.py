@@ -8,7 +8,7 @@ float copy. YAML names them ``lightning_rlvr.models.TinyPolicy`` / ``lightning_r
 from __future__ import annotations
 
 from .policies import (
-    TINY_METHOD_TEXTS,
+    TINY_ROLE_TEXTS,
     TINY_VOCAB,
     PolicySource,
     PretrainedPolicy,
@@ -19,7 +19,7 @@ from .policies import (
 )
 
 __all__ = [
-    "TINY_METHOD_TEXTS",
+    "TINY_ROLE_TEXTS",
     "TINY_VOCAB",
     "PolicySource",
     "PretrainedPolicy",

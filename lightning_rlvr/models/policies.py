@@ -25,30 +25,28 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from ..core import text_roles as roles
 from ..core.errors import RLVRError
 
 # The arithmetic alphabet of the procedural tasks: 24 tokens.
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 TINY_VOCAB = SPECIAL_TOKENS + ["answer", "Q"] + list("0123456789") + list("+-*=,:;") + [" "]
-# Credit methods' text in that alphabet (English would be <unk>), read through ``tokenizer.method_texts``
-# (lightning_rlvr/credit/texts.py): steps end with ";" as in the worked solutions, " answer:" introduces
-# the answer, and a teacher's prompt repeats the problem so the completion follows it; HP-RLVR's verdict
-# is 1 / 0 and the verifier's message is left out (its letters are <unk>).
-TINY_METHOD_TEXTS = {
-    "sc_grpo": {"template": "{prompt}{reference};{prompt}"},
-    "hsd": {
-        "peer_template": "{prompt}{reference};answer:{answer};{prompt}",
-        "answer_template": "{prompt} answer:{answer};{prompt}",
-    },
-    "opsd": {"teacher_template": "{prompt} answer:{answer};{prompt}"},
-    "hp_rlvr": {
-        "step_delimiter": ";",
-        "hindsight_template": " {future},{verdict}",
-        "separator": "=",
-        "pass_text": "1",
-        "fail_text": "0",
-    },
-    "rredcot": {"boundary_texts": [";"], "keywords": [], "answer_cue": " answer:"},
+# Texts in that alphabet by role (English would be <unk>), read through ``tokenizer.role_texts``
+# (lightning_rlvr/core/text_roles.py): steps end with ";" as in the worked solutions, " answer:" introduces
+# the answer, and a teacher's prompt repeats the problem so the completion follows it; a hindsight's
+# verdict is 1 / 0 and the verifier's message is left out (its letters are <unk>).
+TINY_ROLE_TEXTS = {
+    roles.PEER_CONTEXT: "{prompt}{reference};{prompt}",
+    roles.PEER_ANSWER_CONTEXT: "{prompt}{reference};answer:{answer};{prompt}",
+    roles.ANSWER_CONTEXT: "{prompt} answer:{answer};{prompt}",
+    roles.STEP_DELIMITER: ";",
+    roles.HINDSIGHT: " {future},{verdict}",
+    roles.HINDSIGHT_SEPARATOR: "=",
+    roles.PASS_TEXT: "1",
+    roles.FAIL_TEXT: "0",
+    roles.SEGMENT_BOUNDARIES: [";"],
+    roles.REASONING_KEYWORDS: [],
+    roles.ANSWER_CUE: " answer:",
 }
 
 
@@ -65,7 +63,7 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
         unk_token="<unk>",
         padding_side="left",  # left padding: generation appends on the right
     )
-    tokenizer.method_texts = TINY_METHOD_TEXTS
+    tokenizer.role_texts = TINY_ROLE_TEXTS
     return tokenizer
 
 

@@ -25,10 +25,11 @@ class Task:
 
     answers: AnswerParser | None = None
 
-    # Credit methods' text for this task's plain layout (no prompt format), by method key, e.g.
-    # {"sc_grpo": {"template": ...}}: settings a method file leaves unset come from here
-    # (lightning_rlvr/credit/texts.py). Empty: the methods' own (English) defaults.
-    method_texts: dict[str, dict[str, Any]] = {}
+    # Texts for this task's plain layout (no prompt format) by role (what the text is for, never which
+    # method reads it), e.g. {PEER_CONTEXT: "{prompt} | {reference} | {prompt}"}: text settings a method
+    # file leaves unset come from here (lightning_rlvr/core/text_roles.py, credit/texts.py). Empty: the
+    # methods' own (English) defaults.
+    role_texts: dict[str, Any] = {}
 
     def problem(self, split: str, index: int) -> Problem:
         """The ``index``-th problem of ``split``; for infinite splits any index is valid."""
