@@ -7,6 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+echo "== 0. FastEngine (the default engine) against generate on the GPU: same tokens, speed (no vLLM needed)"
+python benchmarks/gpu_engines.py --out benchmarks/results/gpu_engines.md
+
 python -c "import torch, vllm; assert torch.cuda.is_available(), 'no CUDA GPU'; print('vllm', vllm.__version__)"
 
 echo "== 1. engine tests on the GPU"
