@@ -1,7 +1,9 @@
 """The checkpoint half of ``RLVRModule``: what a checkpoint holds beyond Lightning's own state.
 
 Layer: beside ``module`` (a mixin the module inherits). A checkpoint carries the RL step, the verifier
-error count and the RNG state (``rlvr``), so a resume continues the exact random stream.
+error count, the RNG state and the keyed-sampling seed (``rlvr``), so a resume continues the exact random
+stream, and keyed rows (``model.sampling_key: keyed``) keep the run's seed whatever seed the resuming
+process was given.
 
 LoRA checkpoints hold the adapters and the trainable state, not the frozen base: with ``model.lora``
 and no warm start, the base is exactly what ``model.policy`` loads (a hub directory, or a GGUF file's
@@ -62,6 +64,7 @@ class CheckpointState:
             "rl_step": self.rl_step,
             "verifier_errors": self.verifier_errors,
             "rng": capture_rng(),
+            "sampling_seed": self.sampling_seed,
         }
         frozen = self.frozen_base_keys()
         if frozen:
@@ -74,6 +77,8 @@ class CheckpointState:
         self.rl_step = state.get("rl_step", 0)
         self.verifier_errors = state.get("verifier_errors", 0)
         self._pending_rng = state.get("rng")
+        # keyed rows keep the run's seed; a checkpoint saved before it was recorded keeps this process's
+        self.sampling_seed = state.get("sampling_seed", self.sampling_seed)
         if "base" in state:  # a LoRA checkpoint without the frozen base: take it from the loaded policy
             own, saved = self.state_dict(), checkpoint["state_dict"]
             saved.update({k: own[k] for k in self.frozen_base_keys() if k not in saved})

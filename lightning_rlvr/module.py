@@ -104,6 +104,7 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
             ``keyed``: row by row from a stream seeded by (the run's seed, the step, the problem, the
             sample's index), so two runs (two methods) with one seed sample the same completions
             while their policies agree: common random numbers (single-turn tasks; HF and fast engines).
+            The run's seed is ``torch.initial_seed()`` here, or a resumed checkpoint's.
         group_size: completions per prompt (G).
         max_new_tokens: completion budget (L_max).
         temperature: sampling temperature for rollouts and evaluation.
