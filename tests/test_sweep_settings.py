@@ -9,7 +9,7 @@ import yaml
 
 from lightning_rlvr.experiments.sweep import identity, settings
 from lightning_rlvr.experiments.sweep.commands import fit_command
-from lightning_rlvr.experiments.sweep.spec import DONE, SPEC, expand, load_sweep, run_dir
+from lightning_rlvr.experiments.sweep.spec import DONE, SPEC, Run, Sweep, expand, load_sweep, run_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,6 +33,34 @@ def test_an_option_added_since_the_run_matches_only_at_the_codes_default() -> No
     loss = {"class_path": "lightning_rlvr.losses.PPOClip", "init_args": {"eps_low": 0.2}}
     grown = {"class_path": loss["class_path"], "init_args": {"eps_low": 0.2, "eps_high": 0.2}}
     assert settings.differences({"model": {"loss": loss}}, {"model": {"loss": grown}}) == []
+
+
+def test_a_run_sampled_from_the_stream_is_not_the_run_of_a_sweep_that_now_samples_keyed(
+    tmp_path: Path,
+) -> None:
+    # set in a config file: the resolved settings differ (also for a run saved before the option existed)
+    stream, keyed = ({"model": {"lr": 1e-4, "sampling_key": k}} for k in ("stream", "keyed"))
+    assert settings.differences(stream, keyed) == ["model.sampling_key"]
+    assert settings.differences({"model": {"lr": 1e-4}}, keyed) == ["model.sampling_key"]
+    assert settings.differences({"model": {"lr": 1e-4}}, stream) == []  # the default: what it ran
+    # set in the sweep file's overrides: the run's recorded spec differs (no config is resolved)
+    sweep_file = tmp_path / "s.yaml"
+
+    def sweep_run(key: str) -> tuple[Sweep, Run]:
+        where = f"out: {tmp_path / 'out'}\nreport_dir: {tmp_path / 'r'}\nconfigs: []\n"
+        sweep_file.write_text(where + f"overrides: {{model.sampling_key: {key}}}\n")
+        sweep = load_sweep(sweep_file)
+        (run,) = expand(sweep)
+        return sweep, run
+
+    sweep, run = sweep_run("stream")
+    d = run_dir(sweep, run)
+    d.mkdir(parents=True)
+    (d / SPEC).write_text(json.dumps(identity.run_spec(run)))
+    (d / DONE).write_text("{}")
+    assert identity.is_finished(sweep, run)
+    sweep, run = sweep_run("keyed")
+    assert run_dir(sweep, run) == d and not identity.is_finished(sweep, run)
 
 
 def test_a_rewritten_config_keeps_its_run_and_a_changed_value_does_not(tmp_path: Path, monkeypatch) -> None:
