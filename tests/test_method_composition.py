@@ -104,3 +104,26 @@ def test_a_method_gets_its_tasks_text_or_one_error_line(method, base):
     for other in all_texts(credit):
         if any(other.get(k) != own.get(k) for k in other):
             assert any(texts[k] != v for k, v in other.items()), f"{base.name} got another task's text"
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda p: p.stem)
+def test_a_methods_settings_read_known_roles_and_have_defaults(method):
+    from lightning_rlvr.core.text_roles import ROLES
+
+    credit = load_credit(method)
+    if isinstance(credit, TextSettings):
+        assert set(credit.text_roles) == set(credit.text_defaults), method.name
+        assert {r for roles in credit.text_roles.values() for r in roles} <= set(ROLES), method.name
+
+
+def test_every_role_is_documented_and_a_source_naming_another_fails_in_one_line():
+    from lightning_rlvr.core.text_roles import ROLES, provided_texts
+
+    page = (REPO / "docs" / "privileged_contexts.md").read_text()
+    rows = [line.split("|")[1] for line in page.splitlines() if line.startswith("| `")]
+    assert {r.strip(" `") for row in rows for r in row.split(",")} == set(ROLES)
+    for wrong in ({"sc_grpo": {"template": "{prompt}"}}, {"peer_contxt": "{prompt}{reference}"}):
+        source = SimpleNamespace(role_texts=wrong)
+        with pytest.raises(RLVRError, match="unknown role") as err:
+            provided_texts(source)
+        assert "\n" not in str(err.value) and "text_roles.py" in str(err.value)

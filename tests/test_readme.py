@@ -1,4 +1,4 @@
-"""The worked example of docs/adding_a_method.md is real code: written out as a file, it trains.
+"""The worked examples of docs/adding_a_method.md are real code: written out as files, they train.
 
 The README links that page; the README's own first two code blocks are the install-and-train command
 and the test command that ``.ci/run`` mirrors.
@@ -6,6 +6,7 @@ and the test command that ``.ci/run`` mirrors.
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 
@@ -38,17 +39,25 @@ def test_the_readme_opens_with_the_two_commands_ci_runs():
     assert test.strip() == ". .venv/bin/activate && python -m pytest -q" and "python -m pytest -q" in ci
 
 
-def test_the_method_example_fits(tmp_path, run_cli, monkeypatch):
+def write_example(tmp_path, monkeypatch, name: str) -> str:
+    """The doc's ``name`` method as a module of a package outside the repository, and its YAML; the path."""
     package = tmp_path / "pkg" / "lightning_rlvr_example"
-    package.mkdir(parents=True)
+    package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text("")
-    (package / "my_method.py").write_text(_block("python", "# lightning_rlvr/credit/my_method.py"))
-    config = _block("yaml", "# configs/method/my_method.yaml").replace(
-        "lightning_rlvr.credit.my_method", "lightning_rlvr_example.my_method"
+    (package / f"{name}.py").write_text(_block("python", f"# lightning_rlvr/credit/{name}.py"))
+    config = _block("yaml", f"# configs/method/{name}.yaml").replace(
+        f"lightning_rlvr.credit.{name}", f"lightning_rlvr_example.{name}"
     )
-    (tmp_path / "my_method.yaml").write_text(config)
+    (tmp_path / f"{name}.yaml").write_text(config)
     monkeypatch.syspath_prepend(str(tmp_path / "pkg"))
-    cli = run_cli("fit", configs=(QUICKSTART, str(tmp_path / "my_method.yaml"), TINY))
+    for module in ("lightning_rlvr_example", f"lightning_rlvr_example.{name}"):  # another test's package
+        sys.modules.pop(module, None)
+    importlib.invalidate_caches()
+    return str(tmp_path / f"{name}.yaml")
+
+
+def test_the_method_example_fits(tmp_path, run_cli, monkeypatch):
+    cli = run_cli("fit", configs=(QUICKSTART, write_example(tmp_path, monkeypatch, "my_method"), TINY))
     assert type(cli.model.credit).__name__ == "EntropyCredit" and cli.model.credit.floor == 0.2
     assert cli.model.credit.uses_policy_pass  # it reads scorer.policy(), so the update's forward serves it
     assert float(cli.trainer.callback_metrics["perf/fused_policy_pass"]) == 1.0
@@ -56,6 +65,29 @@ def test_the_method_example_fits(tmp_path, run_cli, monkeypatch):
     assert "credit/weight_mean" in metrics
     assert float(metrics["credit/weight_mean"]) == pytest.approx(1.2, abs=0.05)  # floor + entropy / its mean
     sys.modules.pop("lightning_rlvr_example.my_method", None)
+
+
+@pytest.mark.parametrize("episodes", [False, True], ids=["tiny", "episodes"])
+def test_the_privileged_text_example_fits_with_the_tasks_own_text(tmp_path, run_cli, monkeypatch, episodes):
+    """Added in one file and one YAML, the answer-hint method trains on the arithmetic quickstart (the tiny
+    vocabulary's answer context) and on word-vocabulary episodes (the environment's no-peer context); the
+    teacher it built read that text, and the text came from no setting of the method's own."""
+    from lightning_rlvr.envs.base import Environment
+    from lightning_rlvr.models import TINY_ROLE_TEXTS
+
+    config = write_example(tmp_path, monkeypatch, "answer_hint")
+    tiny_env = (str(REPO / "tests" / "configs" / "tiny_env.yaml"),) if episodes else ()
+    cli = run_cli("fit", configs=(QUICKSTART, config, TINY, *tiny_env))
+    credit = cli.model.credit
+    assert type(credit).__name__ == "AnswerHintCredit" and credit.hint_template is None  # set by no file
+    (resolved,) = [texts["hint_template"] for texts in credit.__dict__["_texts_cache"].values()]
+    expected = Environment.role_texts["no_peer_context"] if episodes else TINY_ROLE_TEXTS["answer_context"]
+    assert resolved == expected and resolved != credit.text_defaults["hint_template"]
+    metrics = cli.trainer.callback_metrics
+    assert float(metrics["perf/fused_policy_pass"]) == 1.0 and "credit/teacher_kl" in metrics
+    kl = float(metrics["credit/teacher_kl"])
+    assert kl > 1e-4 if not episodes else kl < 1e-4  # the answer moves the teacher; the prompt alone does not
+    sys.modules.pop("lightning_rlvr_example.answer_hint", None)
 
 
 def test_the_readme_is_a_guide_and_every_local_link_resolves():

@@ -24,11 +24,14 @@ token stops the run with one line naming the setting, instead of a teacher that 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ..core.errors import RLVRError
 from ..core.text_roles import provided_texts
+
+PLACEHOLDER = re.compile(r"\{[A-Za-z_]+\}")  # a template's field: {prompt}, {answer}, ...
 
 
 class TextSettings:
@@ -76,11 +79,12 @@ class TextSettings:
         """Validate the resolved settings (e.g. a template's placeholders); raise ``ValueError``."""
 
     def literal_texts(self, texts: dict[str, Any]) -> dict[str, list[str]]:
-        """The literal text of each setting that the tokenizer must encode (default: every string)."""
+        """The literal text of each setting that the tokenizer must encode (default: every string, its
+        ``{placeholder}`` fields left out)."""
         out: dict[str, list[str]] = {}
         for name, value in texts.items():
             values = value if isinstance(value, (list, tuple)) else [value]
-            out[name] = [v for v in values if isinstance(v, str) and v]
+            out[name] = [p for v in values if isinstance(v, str) for p in PLACEHOLDER.split(v) if p]
         return out
 
 
