@@ -82,7 +82,12 @@ class CheckpointState:
         if "base" in state:  # a LoRA checkpoint without the frozen base: take it from the loaded policy
             own, saved = self.state_dict(), checkpoint["state_dict"]
             saved.update({k: own[k] for k in self.frozen_base_keys() if k not in saved})
-        problems = weight_mismatches(self.state_dict(), checkpoint["state_dict"])
+        # a sharded (FSDP) checkpoint holds no full state_dict here: its shards load through the strategy
+        problems = (
+            weight_mismatches(self.state_dict(), checkpoint["state_dict"])
+            if "state_dict" in checkpoint
+            else []
+        )
         if problems:
             raise RLVRError(
                 f"the checkpoint's weights do not fit the model its settings build ({'; '.join(problems)}): "
