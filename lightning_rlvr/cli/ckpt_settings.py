@@ -25,6 +25,7 @@ import yaml
 from ..checkpoint_state import weight_mismatches
 from ..checkpoints import warn
 from ..core.errors import RLVRError
+from .compose import config_files
 
 # the model settings that build weights: the policy source, its LoRA adapters, and the task (a TextPolicy
 # reads its vocabulary from it); every other setting leaves the checkpoint's parameters as they are
@@ -158,17 +159,6 @@ def _shown(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------------- reading the command line
-def config_files(argv: list[str]) -> list[str]:
-    """The ``--config`` files of a command line, in order (inline config strings left out)."""
-    out = []
-    for i, arg in enumerate(argv):
-        value = argv[i + 1] if arg in ("--config", "-c") and i + 1 < len(argv) else None
-        value = arg.split("=", 1)[1] if arg.startswith("--config=") else value
-        if value and Path(value).is_file():
-            out.append(value)
-    return out
-
-
 def _model_section(file: str) -> dict:
     data = yaml.safe_load(Path(file).read_text()) or {}
     return data["model"] if isinstance(data, dict) and isinstance(data.get("model"), dict) else {}
