@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from lightning_rlvr.core.arithmetic_steps import evaluate, first_difference, first_wrong_result
 from lightning_rlvr.core.problem import Problem
-from lightning_rlvr.core.steps import evaluate, first_difference, first_wrong_result
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ from __future__ import annotations
 import random
 import re
 
+from ..core.arithmetic_steps import first_difference
 from ..core.problem import SPLITS, Problem, Verdict, split_of
-from ..core.steps import first_difference
 from .base import Task
 
 _ANSWER = re.compile(r"answer:\s*(-?\d+)")

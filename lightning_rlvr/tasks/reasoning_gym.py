@@ -35,9 +35,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from ..core.arithmetic_steps import first_difference, first_wrong_result
 from ..core.errors import RLVRError
 from ..core.problem import SPLITS, Problem, Verdict, split_of
-from ..core.steps import first_difference, first_wrong_result
 from ..rewards.answers import AnswerParser, number_value
 from .base import Task
 
@@ -198,8 +198,8 @@ class ReasoningGymTask(Task):
         """Where a failed completion first goes wrong (character offset; None when it is correct).
 
         Checkable intermediate results first: the first arithmetic equation ``<expr> = <number>`` in
-        the completion whose result is wrong (``core.steps.first_wrong_result``: at its first wrong
-        digit), whatever the dataset. Then the answer, which ``check`` found wrong: the first character
+        the completion whose result is wrong (``core.arithmetic_steps.first_wrong_result``: at its first
+        wrong digit), whatever the dataset. Then the answer, which ``check`` found wrong: the first character
         where it departs from the reference (its end when it is a proper prefix of it). No answer at all:
         ``len(completion)`` (it ended, or was cut, before answering).
         """

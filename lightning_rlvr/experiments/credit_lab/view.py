@@ -38,11 +38,11 @@ import torch
 import yaml
 from torch import Tensor
 
+from ...core.arithmetic_steps import first_difference
 from ...core.files import write_text
 from ...core.objectives import group_advantages
 from ...core.rng import seeded
 from ...core.rollout import Rollout
-from ...core.steps import first_difference
 from ...credit.base import Credit, CreditAssigner
 from ...scoring.scorer import Scorer
 
