@@ -48,6 +48,7 @@ from lightning.pytorch import LightningModule
 from torch import Tensor
 
 from .checkpoint_state import CheckpointState
+from .collapse_guard import CollapseGuard
 from .collect import Collected, Sampler, roll_out
 from .collect.continuations import EngineSampler
 from .collect.dynamic_sampling import DynamicSampling, extra_index
@@ -65,7 +66,6 @@ from .data import stream_slot
 from .engines.base import RolloutEngine, Sampling
 from .engines.choose import default_engine
 from .evaluation import Evaluation
-from .guard import CollapseGuard
 from .losses import PolicyLoss, PPOClip
 from .models.policies import PolicySource, TinyPolicy, apply_lora
 from .prompts import PromptFormat
@@ -137,7 +137,7 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         max_nonfinite_updates: consecutive non-finite losses tolerated (skipped) before stopping.
         gradient_checkpointing: recompute activations in the backward pass (less memory, more time).
         collapse_guard: warns (optionally stops) when steps carry no signal; None = the default guard
-            (``lightning_rlvr/guard.py``); ``patience: 0`` turns it off.
+            (``lightning_rlvr/collapse_guard.py``); ``patience: 0`` turns it off.
     """
 
     def __init__(

@@ -6,6 +6,7 @@ load or warm start); configs and checkpoints are checked before anything is inst
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import sys
 import pytest
 import torch
 
+from lightning_rlvr.cli.app import MOVED_MODULES, moved_to
 from tests.conftest import QUICKSTART, REPO, TINY
 
 
@@ -127,6 +129,10 @@ BAD_CONFIGS = {
         "class_path 'lightning_rlvr.credit.NoSuchCredit'",
     ),
     "unknown-module": ("model:\n  task:\n    class_path: no_such_package.Task\n", "no_such_package"),
+    "moved-module": (
+        "model:\n  collapse_guard:\n    class_path: lightning_rlvr.guard.CollapseGuard\n",
+        "has moved: use 'lightning_rlvr.collapse_guard.CollapseGuard'",
+    ),
     "unknown-key": ("model:\n  group_sise: 4\n", "group_sise"),
     "unknown-section": ("modle:\n  group_size: 4\n", "modle"),
     "unknown-init-arg": (
@@ -154,13 +160,26 @@ def test_a_bad_config_file_is_one_line(run_cli, tmp_path, capsys, name):
         (("--model.credit", "lightning_rlvr.credit.NoSuchCredit"), "NoSuchCredit"),
         (("--model.no_such_key", "3"), "unrecognized arguments: --model.no_such_key 3"),
         (("--config", "/no/such/config.yaml"), "config.yaml"),
+        (
+            ("--model.collapse_guard", "lightning_rlvr.guard.CollapseGuard"),
+            "has moved: use 'lightning_rlvr.collapse_guard.CollapseGuard'",
+        ),
     ],
-    ids=["class_path", "unknown-flag", "missing-config"],
+    ids=["class_path", "unknown-flag", "missing-config", "moved-module"],
 )
 def test_bad_flags_are_one_line(run_cli, capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
         run_cli("fit", *args)
     assert message in one_error_line(capsys, exit_info)
+
+
+@pytest.mark.parametrize("old", list(MOVED_MODULES))
+def test_each_moved_module_is_gone_and_its_new_home_imports(old):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
+    importlib.import_module(MOVED_MODULES[old])
+    assert moved_to(f"{old}.Name") == f"{MOVED_MODULES[old]}.Name"
+    assert moved_to(f"{MOVED_MODULES[old]}.Name") is None
 
 
 def _checkpoint_file(tmp_path, kind: str):

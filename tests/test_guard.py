@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
 
 from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy
+from lightning_rlvr.collapse_guard import CollapseGuard
 from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.core.problem import Verdict
-from lightning_rlvr.guard import CollapseGuard
 from tests.test_module import trainer as quiet_trainer  # the bare test-scale Trainer
 
 RESULTS = Path(__file__).resolve().parents[1] / "sweeps" / "results"
@@ -119,7 +120,11 @@ def test_the_default_guard_on_committed_runs(run, alarm):
 
 
 def test_the_guard_is_set_from_the_command_line(run_cli):
-    guard = '{"class_path": "lightning_rlvr.guard.CollapseGuard", "init_args": {"patience": 7, "stop": true}}'
+    settings = {
+        "class_path": "lightning_rlvr.collapse_guard.CollapseGuard",
+        "init_args": {"patience": 7, "stop": True},
+    }
+    guard = json.dumps(settings)
     cli = run_cli("fit", "--model.collapse_guard", guard, "--trainer.max_steps", "1")
     assert (cli.model.collapse_guard.patience, cli.model.collapse_guard.stop) == (7, True)
     assert sum(isinstance(c, CollapseGuard) for c in cli.trainer.callbacks) == 1

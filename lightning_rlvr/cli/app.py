@@ -327,12 +327,25 @@ def one_line_parse_error(message: str) -> str:
     rest += lines[1:]
     for i, line in enumerate(rest):  # a class_path problem names the class and what is wrong with it
         m = re.match(r"- Problem with given class_path '([^']+)':\s*(.*)", line)
+        if m and moved_to(m.group(1)):
+            return f"{name}: class_path {m.group(1)!r} has moved: use {moved_to(m.group(1))!r}"
         if m:
             reason = m.group(2) or (rest[i + 1] if i + 1 < len(rest) else "")
             return f"{name}: class_path {m.group(1)!r}: {reason.lstrip('- ')}"
     reason = next((ln for ln in rest if ln.startswith("Expected")), rest[0] if rest else "invalid value")
     reason = re.sub(r"<class '([\w.]+)'>", r"\1", reason)
     return f"{name}: {reason}"
+
+
+MOVED_MODULES = {  # renamed modules (issue 49): an old class_path in a config or checkpoint names the new one
+    "lightning_rlvr.guard": "lightning_rlvr.collapse_guard",
+}
+
+
+def moved_to(class_path: str) -> str | None:
+    """The new dotted path of a class in a renamed module (``MOVED_MODULES``), None when it did not move."""
+    module, _, name = class_path.rpartition(".")
+    return f"{MOVED_MODULES[module]}.{name}" if module in MOVED_MODULES else None
 
 
 def _user_error(err: BaseException) -> RLVRError | None:

@@ -129,7 +129,7 @@ def import_plugins() -> None:
                     importlib.import_module(info.name)
 
 
-PLUGIN_PACKAGES = ("tasks", "models", "credit", "losses", "engines", "envs", "rewards", "guard")
+PLUGIN_PACKAGES = ("tasks", "models", "credit", "losses", "engines", "envs", "rewards", "collapse_guard")
 NOT_PLUGINS = {"lightning_rlvr.rewards.sandbox_harness"}  # a standalone script: it reads stdin on import
 _OWN = "--model.* (task, policy, method as model.credit, loss, engine), --data.* and --checkpoint.*"
 _PLUGIN_HELP = (
