@@ -25,7 +25,7 @@ import torch
 from .core.per_prompt import FOLDER, file_name, rollout_rows, write_results
 from .core.problem import Problem
 from .core.progress import Progress, is_tty
-from .metrics import MajorityAtK, PassAtK, SampleCount
+from .pass_at_k import MajorityAtK, PassAtK, SampleCount
 from .tasks.base import Task, safe_extract_answer
 
 log = logging.getLogger(__name__)

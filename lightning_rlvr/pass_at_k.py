@@ -1,4 +1,4 @@
-"""Evaluation metrics over n samples per prompt, as torchmetrics ``Metric``s.
+"""pass@k and maj@k over n samples per prompt, as torchmetrics ``Metric``s (evaluation's metrics).
 
 pass@k uses the unbiased estimator of Chen et al. (2021): for a prompt with n
 samples of which c are correct, pass@k = 1 - C(n - c, k) / C(n, k), averaged

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lightning_rlvr.metrics import MajorityAtK, PassAtK, majority_answer, majority_correct, pass_at_k
+from lightning_rlvr.pass_at_k import MajorityAtK, PassAtK, majority_answer, majority_correct, pass_at_k
 
 
 @pytest.mark.parametrize(
