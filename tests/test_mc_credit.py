@@ -12,7 +12,7 @@ from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.credit.mc import MonteCarloCredit
 from lightning_rlvr.engines.base import Sampling
 from lightning_rlvr.engines.hf import HFGenerateEngine
-from lightning_rlvr.scoring.continuations import Continued
+from lightning_rlvr.scoring.continuation_sampler import Continued
 from lightning_rlvr.scoring.scorer import Scorer
 from tests.rollouts import rollout_from_ids
 

@@ -340,6 +340,7 @@ def one_line_parse_error(message: str) -> str:
 MOVED_MODULES = {  # renamed modules (issue 49): an old class_path in a config or checkpoint names the new one
     "lightning_rlvr.guard": "lightning_rlvr.collapse_guard",
     "lightning_rlvr.metrics": "lightning_rlvr.pass_at_k",
+    "lightning_rlvr.scoring.continuations": "lightning_rlvr.scoring.continuation_sampler",
 }
 
 

@@ -33,7 +33,7 @@ from ..core.distributed import max_over_ranks
 from ..core.problem import Problem
 from ..core.tensors import left_pad
 from ..engines.base import RolloutEngine, Sampling
-from ..scoring.continuations import Continued
+from ..scoring.continuation_sampler import Continued
 from ..tasks.base import Task
 from .verify import check_texts
 

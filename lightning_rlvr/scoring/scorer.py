@@ -53,7 +53,7 @@ from ..core.distributed import max_over_ranks, world_size
 from ..core.rollout import Rollout
 from ..core.tensors import left_pad
 from .compare import CompareViews
-from .continuations import ContinuationSampler
+from .continuation_sampler import ContinuationSampler
 from .logprobs import entropy_from_logits, token_logprobs
 from .mode import _scoring
 from .packing import MicroBatch, causal_lm_forward, micro_batches, place, shares_prompts, token_chunks

@@ -1,4 +1,4 @@
-"""What a credit method may ask of a continuation sampler: the protocol and its result.
+"""The continuation sampler as a credit method sees it: the protocol (``ContinuationSampler``) and its result.
 
 Layer: ``scoring`` (imports nothing above ``core``). The sampler itself lives in
 ``collect.continuations`` (``EngineSampler``); a ``Scorer`` carries one to the methods that sample
