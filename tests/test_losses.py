@@ -185,8 +185,13 @@ class Recording(RLVRModule):
     def collect(self, problems):
         collected, stats = super().collect(problems)
         rollout = collected.rollout
-        if self.engine_logp_value is not None:  # what a rollout engine reporting its log-probs fills
-            rollout.engine_logp = torch.full(rollout.completion_ids.shape, self.engine_logp_value)
+        # what a rollout engine reporting its log-probs fills; None: an engine that reports none (the
+        # default engine, FastEngine, reports its own, which would switch TIS on)
+        rollout.engine_logp = (
+            None
+            if self.engine_logp_value is None
+            else torch.full(rollout.completion_ids.shape, self.engine_logp_value)
+        )
         return collected, stats
 
     def update(self, rollout, credit, old_logp, ref_logp, forwards=None):
