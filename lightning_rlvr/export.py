@@ -44,7 +44,7 @@ ADAPTER_DIR = "adapter"
 
 def load_module(ckpt_path: str):
     """The ``RLVRModule`` of a checkpoint, on CPU in eval mode (LoRA adapters restored)."""
-    from .checkpoints import read_checkpoint
+    from .checkpoint_files import read_checkpoint
     from .module import RLVRModule
 
     read_checkpoint(ckpt_path)  # one clear error for a missing, truncated or foreign file

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_rlvr import checkpoints
+from lightning_rlvr import checkpoint_files
 from lightning_rlvr.core.process import locked
 
 ALERTS = ("lightning-rlvr: error:", "lightning-rlvr: warning:")  # progress lines share the program's prefix
@@ -31,7 +31,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_from_its_previous_checkpoin
     run_cli, tmp_path, monkeypatch, capsys
 ):
     folder = tmp_path / "ckpts"
-    real, calls = checkpoints.atomic_file, []
+    real, calls = checkpoint_files.atomic_file, []
 
     @contextlib.contextmanager
     def fills_up(path, mode="w", **kwargs):  # the 3rd checkpoint write (step 2) finds the disk full halfway
@@ -48,7 +48,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_from_its_previous_checkpoin
 
             yield Full()
 
-    monkeypatch.setattr(checkpoints, "atomic_file", fills_up)
+    monkeypatch.setattr(checkpoint_files, "atomic_file", fills_up)
     with pytest.raises(SystemExit) as exit_info:
         run_cli("fit", "--checkpoint.dirpath", str(folder))
     assert exit_info.value.code == 2
@@ -72,13 +72,13 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_from_its_previous_checkpoin
 
 def test_a_second_run_into_a_folder_holding_a_run_stops_with_one_line(run_cli, tmp_path, capsys):
     folder = tmp_path / "ckpts"
-    checkpoints.AtomicCheckpointIO().save_checkpoint(
+    checkpoint_files.AtomicCheckpointIO().save_checkpoint(
         {"state_dict": {}, "global_step": 5}, folder / "last.ckpt"
     )
     before = (folder / "last.ckpt").read_bytes()
     for extra in ((), ("--ckpt_path", str(tmp_path / "other.ckpt"))):  # fresh, or from another run's file
         if extra:
-            checkpoints.AtomicCheckpointIO().save_checkpoint({"state_dict": {}}, tmp_path / "other.ckpt")
+            checkpoint_files.AtomicCheckpointIO().save_checkpoint({"state_dict": {}}, tmp_path / "other.ckpt")
         with pytest.raises(SystemExit) as exit_info:
             run_cli("fit", "--checkpoint.dirpath", str(folder), "--model.lr", "1e-4", *extra)
         assert exit_info.value.code == 2
@@ -89,7 +89,7 @@ def test_a_second_run_into_a_folder_holding_a_run_stops_with_one_line(run_cli, t
 
 def test_a_folder_another_live_fit_writes_is_refused_with_one_line(run_cli, tmp_path, capsys):
     folder = tmp_path / "ckpts"
-    with locked(folder / checkpoints.LOCK) as held:  # as a fit running in another process holds it
+    with locked(folder / checkpoint_files.LOCK) as held:  # as a fit running in another process holds it
         assert held is not None
         with pytest.raises(SystemExit):
             run_cli("fit", "--checkpoint.dirpath", str(folder))

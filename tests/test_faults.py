@@ -31,7 +31,7 @@ import pytest
 import torch
 from jsonargparse import Namespace
 
-from lightning_rlvr.checkpoints import (
+from lightning_rlvr.checkpoint_files import (
     AtomicCheckpointIO,
     checkpoint_problem,
     claim_checkpoint_dir,

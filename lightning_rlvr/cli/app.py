@@ -37,7 +37,7 @@ from lightning.fabric.utilities.seed import seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from ..checkpoints import (
+from ..checkpoint_files import (
     AtomicCheckpointIO,
     checkpoint_dirs,
     claim_checkpoint_dir,
@@ -339,6 +339,7 @@ def one_line_parse_error(message: str) -> str:
 
 MOVED_MODULES = {  # renamed modules (issue 49): an old class_path in a config or checkpoint names the new one
     "lightning_rlvr.guard": "lightning_rlvr.collapse_guard",
+    "lightning_rlvr.checkpoints": "lightning_rlvr.checkpoint_files",
     "lightning_rlvr.metrics": "lightning_rlvr.pass_at_k",
     "lightning_rlvr.scoring.continuations": "lightning_rlvr.scoring.continuation_sampler",
 }

@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
+from ..checkpoint_files import warn
 from ..checkpoint_state import weight_mismatches
-from ..checkpoints import warn
 from ..core.errors import RLVRError
 from .compose import config_files
 
@@ -83,7 +83,7 @@ def checkpoint_classes_as_defaults(parser: Any, argv: list[str]) -> None:
     so ``test --ckpt_path c --model.policy.init_args.hidden 64`` parses against the checkpoint's policy
     class, as it applies to it, rather than failing on the empty default. Anything unreadable is left to
     the checkpoint's own checks after parsing."""
-    from ..checkpoints import read_checkpoint
+    from ..checkpoint_files import read_checkpoint
 
     subcommands = getattr(parser, "_subcommands_action", None)
     sub = subcommands._name_parser_map.get(argv[0]) if subcommands and argv else None

@@ -1,6 +1,6 @@
 """What ``lightning-rlvr`` adds around LightningCLI's parsing (``cli/app.py`` uses these).
 
-Layer: ``cli`` (above ``checkpoints``; it reads configs and checkpoint dicts).
+Layer: ``cli`` (above ``checkpoint_files``; it reads configs and checkpoint dicts).
 
 - The help layout: a short usage line and a description per subcommand naming this project's own
   options (``RLVRCLI`` adds the model, data and checkpoint groups before Lightning's trainer flags).
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..checkpoints import loggers
+from ..checkpoint_files import loggers
 from ..core.errors import RLVRError
 
 # torch's own default is one thread per core; on a machine shared with other jobs those threads wait on

@@ -1,6 +1,6 @@
 """How a ``lightning-rlvr`` run ends on SIGINT, SIGTERM, SIGUSR1 or SIGUSR2: within seconds, in one line.
 
-Layer: ``cli`` (above ``checkpoints``). ``main`` runs the command inside ``stop_on_signals``: the signals
+Layer: ``cli`` (above ``checkpoint_files``). ``main`` runs the command inside ``stop_on_signals``: the signals
 only raise a flag (``core/stop.py``), the run stops at its next safe point (the next generated token,
 update micro-batch or warm-start step), and the process exits with one line and 128 + the signal's
 number (130 for SIGINT, 143 for SIGTERM)::
@@ -32,7 +32,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from tqdm import tqdm
 
-from ..checkpoints import checkpoint_problem, find_last_checkpoint
+from ..checkpoint_files import checkpoint_problem, find_last_checkpoint
 from ..core import stop
 from ..core.errors import RLVRError
 

@@ -338,7 +338,7 @@ def load_module_and_methods(ckpt: str | Path, patterns: list[str]):
 
     A method of the checkpoint's own class also gets the checkpoint's credit state (baselines).
     """
-    from ...checkpoints import read_checkpoint
+    from ...checkpoint_files import read_checkpoint
     from ...module import RLVRModule
 
     read_checkpoint(str(ckpt))  # a missing or damaged file: one RLVRError line, not a loader traceback

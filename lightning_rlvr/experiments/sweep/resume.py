@@ -1,6 +1,6 @@
 """An interrupted run's fit continues from its newest intact checkpoint instead of starting over.
 
-Layer: experiments (imports ``checkpoints`` and ``core``). A real-model run takes 20-70 minutes, so a
+Layer: experiments (imports ``checkpoint_files`` and ``core``). A real-model run takes 20-70 minutes, so a
 sweep stopped by the end of a working session (or a kill, or a reboot) would otherwise lose up to one
 run per job. ``runner._execute_run`` asks ``interrupted_fit`` whether a run folder (same spec, fit not
 done) holds a loadable checkpoint past step 0; if so it calls ``set_aside_logs`` and runs the fit with
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ...checkpoints import checkpoint_problem
+from ...checkpoint_files import checkpoint_problem
 from ...core.files import write_text
 
 FIT_BEFORE = "fit_before.json"  # {"seconds": ..., "resumed_at": [steps]}: earlier parts of an interrupted fit
