@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from .core.errors import RLVRError
-from .core.state import capture_rng
+from .core.resume_state import capture_rng
 from .credit.base import rank_state
 
 

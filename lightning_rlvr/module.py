@@ -57,8 +57,8 @@ from .core.errors import RLVRError
 from .core.objectives import zero_std_groups
 from .core.problem import Problem
 from .core.progress import say
+from .core.resume_state import plain_value, restore_rng
 from .core.rollout import Rollout
-from .core.state import plain_value, restore_rng
 from .core.validation import check_settings
 from .credit.base import CreditAssigner
 from .credit.grpo import GRPOCredit

@@ -1,4 +1,4 @@
-"""Training state that Lightning does not checkpoint by itself: the RNG streams, and what may go in hparams.
+"""What an exact resume needs that Lightning does not checkpoint: the RNG streams, and what may go in hparams.
 
 Every value stored here loads under ``torch.load(weights_only=True)`` (NumPy's
 key array travels as a tensor), so checkpoints stay loadable without
