@@ -37,11 +37,11 @@ def _private_generator() -> torch.Generator:
     return torch.Generator().manual_seed(0)
 
 
-def stream_slot(step: int, rank: int, world: int) -> int:
-    """The training stream's position of ``rank``'s batch at RL step ``step`` (the one formula).
+def train_batch_index(step: int, rank: int, world: int) -> int:
+    """Which batch of the training stream ``rank`` trains on at RL step ``step`` (the one formula).
 
-    Batch ``slot`` holds train problems ``slot*B .. slot*B+B-1``; dynamic sampling draws its extra
-    prompts from a separate range keyed by the same slot (``collect.dynamic_sampling.extra_index``).
+    Batch ``b`` holds train problems ``b*B .. b*B+B-1``; dynamic sampling draws its extra prompts
+    from a separate range keyed by the same batch index (``collect.dynamic_sampling.extra_prompt_position``).
     """
     return step * world + rank
 
@@ -63,7 +63,7 @@ class TrainStream(IterableDataset):
     def __iter__(self) -> Iterator[list[Problem]]:
         step, B = self.start(), self.batch_size
         while True:
-            first = stream_slot(step, self.rank, self.world) * B
+            first = train_batch_index(step, self.rank, self.world) * B
             yield [self.task.train_problem(first + i) for i in range(B)]
             step += 1
 

@@ -51,7 +51,7 @@ from .checkpoint_state import CheckpointState
 from .collapse_guard import CollapseGuard
 from .collect import Collected, Sampler, roll_out
 from .collect.continuations import EngineSampler
-from .collect.dynamic_sampling import DynamicSampling, extra_index
+from .collect.dynamic_sampling import DynamicSampling, extra_prompt_position
 from .core.distributed import any_rank, shard_policy, world_size
 from .core.errors import RLVRError
 from .core.objectives import zero_std_groups
@@ -62,7 +62,7 @@ from .core.rollout import Rollout
 from .core.validation import check_settings
 from .credit.base import CreditAssigner
 from .credit.grpo import GRPOCredit
-from .data import stream_slot
+from .data import train_batch_index
 from .engines.base import RolloutEngine, Sampling
 from .engines.choose import default_engine
 from .evaluation import Evaluation
@@ -345,10 +345,13 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
             rollout, stats = draw(problems), {}
         else:
             B, rounds_max = len(problems), self.dynamic_sampling.max_rounds
-            slot = stream_slot(self.rl_step, self.global_rank, world_size())  # as in TrainStream
+            batch_index = train_batch_index(self.rl_step, self.global_rank, world_size())  # as in TrainStream
 
             def more(k: int) -> list[Problem]:
-                return [self.task.train_problem(extra_index(slot, k, i, B, rounds_max)) for i in range(B)]
+                return [
+                    self.task.train_problem(extra_prompt_position(batch_index, k, i, B, rounds_max))
+                    for i in range(B)
+                ]
 
             rollout, stats = self.dynamic_sampling.collect(
                 problems, draw, more, sync=lambda flag: any_rank(flag, self.device)

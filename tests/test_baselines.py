@@ -8,7 +8,7 @@ import torch
 from lightning_rlvr.collect.dynamic_sampling import (
     EXTRA_OFFSET,
     DynamicSampling,
-    extra_index,
+    extra_prompt_position,
     informative_groups,
 )
 from lightning_rlvr.core.errors import RLVRError
@@ -104,7 +104,7 @@ class IndexTask(Task):
 def test_extra_prompt_positions_are_distinct_deterministic_and_past_the_main_stream(B, rounds, world):
     steps = 50
     positions = [
-        extra_index(step * world + rank, k, i, B, rounds)
+        extra_prompt_position(step * world + rank, k, i, B, rounds)
         for step in range(steps)
         for rank in range(world)
         for k in range(1, rounds + 1)
@@ -112,7 +112,8 @@ def test_extra_prompt_positions_are_distinct_deterministic_and_past_the_main_str
     ]
     assert len(set(positions)) == len(positions)  # no two extra draws share a position
     assert min(positions) == EXTRA_OFFSET and max(positions) == EXTRA_OFFSET + len(positions) - 1  # dense
-    assert extra_index(7, 1, 0, B, rounds) == extra_index(7, 1, 0, B, rounds)  # a resume draws the same
+    again = extra_prompt_position(7, 1, 0, B, rounds)
+    assert again == extra_prompt_position(7, 1, 0, B, rounds)  # a resume draws the same
     # generated task: the main stream (positions < steps * world * B) never serves an extra prompt
     main = {str(p) for p in range(steps * world * B)}
     generated = IndexTask(None)
@@ -122,11 +123,11 @@ def test_extra_prompt_positions_are_distinct_deterministic_and_past_the_main_str
         extra = {IndexTask(n).train_problem(p).prompt for p in positions}
         assert extra <= {str(j) for j in range(n)}
     with pytest.raises(ValueError):
-        extra_index(0, 0, 0, B, rounds)  # rounds count from 1
+        extra_prompt_position(0, 0, 0, B, rounds)  # rounds count from 1
     with pytest.raises(ValueError):
-        extra_index(0, rounds + 1, 0, B, rounds)
+        extra_prompt_position(0, rounds + 1, 0, B, rounds)
     with pytest.raises(ValueError):
-        extra_index(0, 1, B, B, rounds)
+        extra_prompt_position(0, 1, B, B, rounds)
 
 
 def test_overlong_penalty_three_pieces_at_the_boundaries():

@@ -14,10 +14,10 @@ import torch
 from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
 from lightning_rlvr.collect import Collected, Sampler, roll_out
 from lightning_rlvr.collect.continuations import EngineSampler
-from lightning_rlvr.collect.dynamic_sampling import extra_index
+from lightning_rlvr.collect.dynamic_sampling import extra_prompt_position
 from lightning_rlvr.collect.episodes import action_text
 from lightning_rlvr.core.problem import Problem, Verdict
-from lightning_rlvr.data import TrainStream, stream_slot
+from lightning_rlvr.data import TrainStream, train_batch_index
 from lightning_rlvr.engines.base import Sampling
 from lightning_rlvr.engines.hf import HFGenerateEngine
 from lightning_rlvr.envs.vocab import TextPolicy
@@ -122,9 +122,9 @@ def test_the_stream_position_has_one_formula(world: int) -> None:
     for rank in range(world):
         stream = iter(TrainStream(task, B, start=lambda: 4, rank=rank, world=world))
         batch = next(stream)
-        first = stream_slot(4, rank, world) * B
+        first = train_batch_index(4, rank, world) * B
         assert batch == [task.train_problem(first + i) for i in range(B)]
-    slots = {stream_slot(s, r, world) for s in range(5) for r in range(world)}
+    slots = {train_batch_index(s, r, world) for s in range(5) for r in range(world)}
     assert len(slots) == 5 * world  # no two (step, rank) pairs share a batch
-    extras = {extra_index(s, k, i, B, 2) for s in slots for k in (1, 2) for i in range(B)}
+    extras = {extra_prompt_position(s, k, i, B, 2) for s in slots for k in (1, 2) for i in range(B)}
     assert len(extras) == len(slots) * 2 * B  # nor extra prompts

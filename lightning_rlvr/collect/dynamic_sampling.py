@@ -9,8 +9,8 @@ and a warning says how many were missing, or, with ``on_shortfall="error"``,
 training stops with that message. DAPO as a whole (clip-higher, token mean,
 overlong penalty): ``docs/methods.md``.
 
-Where extra prompts come from: position ``extra_index(...)`` of the training
-stream, a function of (RL step, rank, round, slot in the batch) only, so a
+Where extra prompts come from: position ``extra_prompt_position(...)`` of the training
+stream, a function of (RL step, rank, round, place in the batch) only, so a
 resumed run draws the same ones and no extra state needs checkpointing, and
 no two extra draws of a run share a position. The positions start at
 ``EXTRA_OFFSET`` = 2^40. For a generated task (no finite train split) the main
@@ -41,15 +41,15 @@ log = logging.getLogger(__name__)
 EXTRA_OFFSET = 2**40  # first training-stream position of the extra prompts (see the module docstring)
 
 
-def extra_index(slot: int, round_: int, i: int, batch_size: int, max_rounds: int) -> int:
+def extra_prompt_position(batch_index: int, round_: int, i: int, batch_size: int, max_rounds: int) -> int:
     """Training-stream position of extra prompt ``i`` (0 <= i < B) of round ``round_`` (1..max_rounds).
 
-    ``slot`` = RL step * world size + rank, as in ``TrainStream``. Distinct (slot, round, i)
-    give distinct positions, all >= ``EXTRA_OFFSET``.
+    ``batch_index`` = RL step * world size + rank (``data.train_batch_index``). Distinct
+    (batch_index, round, i) give distinct positions, all >= ``EXTRA_OFFSET``.
     """
     if not (1 <= round_ <= max_rounds and 0 <= i < batch_size):
         raise ValueError(f"round {round_} / prompt {i} outside 1..{max_rounds} / 0..{batch_size - 1}")
-    return EXTRA_OFFSET + (slot * max_rounds + round_ - 1) * batch_size + i
+    return EXTRA_OFFSET + (batch_index * max_rounds + round_ - 1) * batch_size + i
 
 
 def informative_groups(correct: Tensor, group: Tensor) -> Tensor:
