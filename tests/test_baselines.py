@@ -112,8 +112,6 @@ def test_extra_prompt_positions_are_distinct_deterministic_and_past_the_main_str
     ]
     assert len(set(positions)) == len(positions)  # no two extra draws share a position
     assert min(positions) == EXTRA_OFFSET and max(positions) == EXTRA_OFFSET + len(positions) - 1  # dense
-    again = extra_prompt_position(7, 1, 0, B, rounds)
-    assert again == extra_prompt_position(7, 1, 0, B, rounds)  # a resume draws the same
     # generated task: the main stream (positions < steps * world * B) never serves an extra prompt
     main = {str(p) for p in range(steps * world * B)}
     generated = IndexTask(None)
