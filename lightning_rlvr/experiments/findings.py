@@ -136,8 +136,8 @@ class FindingsError(ValueError):
 
 
 # ---------------------------------------------------------------------------- reading the data
-def _rows(root: Path, path: str, keep_grpo: bool) -> tuple[list[dict], list[Path]]:
-    """A results.csv's rows as one ``method`` axis ('hsd+hsd' -> 'hsd'), GRPO's kept or dropped."""
+def _rows(root: Path, path: str, baseline: str, keep_baseline: bool) -> tuple[list[dict], list[Path]]:
+    """A results.csv's rows as one ``method`` axis ('hsd+hsd' -> 'hsd'), the baseline's kept or dropped."""
     file = root / path
     if not file.is_file():
         raise FindingsError(f"{path}: not found (the findings read committed sweep results)")
@@ -145,7 +145,7 @@ def _rows(root: Path, path: str, keep_grpo: bool) -> tuple[list[dict], list[Path
     out = []
     for r in rows:
         method = str(r["method"]).split("+")[0]
-        if (method == "grpo") == keep_grpo:
+        if (method == baseline) == keep_baseline:
             out.append({**r, "method": method})
     return out, [file.parent / "runs"]
 
@@ -162,14 +162,17 @@ class Finding:
 
 def source_findings(root: Path, source: Source) -> tuple[dict[str, Finding], Evidence]:
     """{method: Finding} of one source, on test pass@1, pooled where the report would pool."""
-    base, dirs = _rows(root, source.baseline, keep_grpo=True)
+    settings = load_sweep(root / source.sweep).report
+    baseline = settings.baseline.get("method")
+    if baseline is None:
+        raise FindingsError(f"{source.sweep}: report.baseline names no method (the findings compare methods)")
+    base, dirs = _rows(root, source.baseline, baseline, keep_baseline=True)
     rows, more = [], list(dirs)
     for path in source.others:
-        got, d = _rows(root, path, keep_grpo=False)
+        got, d = _rows(root, path, baseline, keep_baseline=False)
         rows += got
         more += d
     rows = base + rows
-    settings = load_sweep(root / source.sweep).report
     evidence = Evidence(["method"], rows, settings, read_rates(rows, more))
     out = {}
     for entry in compare_to_baseline(["method"], rows, settings):
