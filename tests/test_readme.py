@@ -103,3 +103,25 @@ def test_the_readme_is_a_guide_and_every_local_link_resolves():
                 assert target.exists(), (page.name, link)
                 inside = target.is_relative_to(root) and not target.is_relative_to(root / "shared")
                 assert inside, (page.name, link)  # never a link to ../shared or out of the repository
+
+
+def test_the_readme_quickstart_numbers_are_the_committed_runs():
+    """The quickstart table's validation and reward figures recompute from the committed metrics.csv."""
+    import csv
+    import statistics
+
+    readme = (REPO / "README.md").read_text()
+    rows = list(csv.DictReader(open(REPO / "benchmarks/results/quickstart/metrics.csv")))
+    val = [float(r["val/pass@1"]) for r in rows if r.get("val/pass@1")]
+    reward = [float(r["train/reward_mean"]) for r in rows if r.get("train/reward_mean")]
+    shown = (
+        f"**{val[0]:.3f} -> {val[-1]:.3f}** ({val[1]:.3f} at step 25, {val[2]:.3f} at 50, {val[3]:.3f} at 75)"
+    )
+    assert shown in readme
+    assert f"{statistics.mean(reward[:10]):.3f} -> {statistics.mean(reward[-10:]):.3f}" in readme
+    real = list(
+        csv.DictReader(open(REPO / "benchmarks/results/quickstart_real/defaults_2026-12-04/test_metrics.csv"))
+    )
+    before = REPO / "benchmarks/results/quickstart_real/defaults_2026-12-04/test_before_metrics.csv"
+    after_rl, start = float(real[0]["test/pass@1"]), float(next(csv.DictReader(open(before)))["test/pass@1"])
+    assert f"from {start:.3f}" in readme and f"to {after_rl:.3f}" in readme
