@@ -245,8 +245,8 @@ class FastEngine(RolloutEngine):
         stop.check("while generating tokens")  # and before every token below
         # prefill the B distinct contexts, then repeat their cache for the n samples of each
         # additive key mask of fixed width S = P + T, one row per (row, kv head): 0 where a key is visible
-        keys = torch.full((B, Hkv, 1, P + T), float("-inf"), dtype=w.embed.dtype, device=device)
-        keys[..., :P].masked_fill_(context_mask.bool()[:, None, None], 0.0)
+        key_mask = torch.full((B, Hkv, 1, P + T), float("-inf"), dtype=w.embed.dtype, device=device)
+        key_mask[..., :P].masked_fill_(context_mask.bool()[:, None, None], 0.0)
         pos = (context_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P] as generate numbers them
         cache = [(w.embed.new_zeros(B, Hkv, P + T, D), w.embed.new_zeros(B, Hkv, P + T, D)) for _ in w.layers]
         weights = _weight_list(w)
@@ -254,7 +254,7 @@ class FastEngine(RolloutEngine):
         kept, self._kept = self._kept, None
         run = kv_reuse.reuse(kept, weights, context_ids, context_mask, cache)
         if run == 1:  # one new token a row: the decode step's attention over the fixed-width cache
-            mask = keys
+            mask = key_mask
         else:
             query = torch.arange(P - run, P, device=device)[:, None]  # [run, 1] the columns computed
             column = torch.arange(P, device=device)[None]  # [1, P]
@@ -263,7 +263,7 @@ class FastEngine(RolloutEngine):
         x = self._layers(w, w.embed[context_ids[:, P - run :]], rot[pos[:, P - run :]], cache, P - run, mask)
         logits = self._head(w, x[:, -1]).repeat_interleave(n, 0)  # [N, V]
         cache = [(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in cache]
-        keys = keys.repeat_interleave(n, 0)  # [N, Hkv, 1, P + T]
+        key_mask = key_mask.repeat_interleave(n, 0)  # [N, Hkv, 1, P + T]
         home: list[tuple[list, int]] = [(cache, r) for r in range(N)]  # where row r's cache ends up
         next_pos = (pos[:, -1] + 1).repeat_interleave(n, 0)  # [N]
 
@@ -288,11 +288,11 @@ class FastEngine(RolloutEngine):
                         home[int(rows[j])] = (left, i)
                 keep = alive.nonzero().squeeze(1)
                 rows, alive, token, next_pos = rows[keep], alive[keep], token[keep], next_pos[keep]
-                keys = keys[keep]
+                key_mask = key_mask[keep]
                 cache = [(k[keep], v[keep]) for k, v in cache]
             col = P + t
-            keys[..., col] = 0.0
-            x = self._layers(w, w.embed[token][:, None], rot[next_pos][:, None], cache, col, keys)
+            key_mask[..., col] = 0.0
+            x = self._layers(w, w.embed[token][:, None], rot[next_pos][:, None], cache, col, key_mask)
             logits = self._head(w, x[:, -1])
             next_pos = next_pos + 1
         if self.reuse_prefix:
