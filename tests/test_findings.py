@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_rlvr.experiments import findings
+from lightning_rlvr.experiments import figure_conflicts, findings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ def test_a_claim_at_unmatched_rates_is_undecided() -> None:
 
 
 def test_no_figure_is_stated_with_two_values_in_readme_and_docs() -> None:
-    assert findings.conflicts(ROOT) == []
+    assert figure_conflicts.conflicts(ROOT, findings.NAMES.values()) == []
 
 
 @pytest.mark.parametrize(
@@ -123,13 +123,23 @@ def test_a_figure_with_two_values_is_reported(tmp_path: Path, first: str, second
     (tmp_path / "docs").mkdir()
     (tmp_path / "README.md").write_text(f"# x\n\n{first}\n")
     (tmp_path / "docs/a.md").write_text(f"# a\n\n{second}\n")
-    found = findings.conflicts(tmp_path)
+    found = figure_conflicts.conflicts(tmp_path, findings.NAMES.values())
     assert len(found) == 1 and label in found[0] and "README.md" in found[0] and "docs/a.md" in found[0]
     (tmp_path / "docs/a.md").write_text(f"# a\n\n{first}\n")  # the same value twice is one statement
-    assert findings.conflicts(tmp_path) == []
+    assert figure_conflicts.conflicts(tmp_path, findings.NAMES.values()) == []
 
 
 def test_a_paired_difference_is_its_own_statistic(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "README.md").write_text("KTAE: -4.0 [-10.8, +2.7] pooled; KTAE's paired -4.0 [-5.4, -2.6].\n")
-    assert findings.conflicts(tmp_path) == []
+    assert figure_conflicts.conflicts(tmp_path, findings.NAMES.values()) == []
+
+
+def test_the_conflicts_flag_lists_each_conflict_and_fails(tmp_path: Path, capsys) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("SC-GRPO is -3.8 [-7.8, +0.1] here.\n")
+    (tmp_path / "docs/a.md").write_text("SC-GRPO: -3.8 [-10.6, +2.9].\n")
+    assert findings.main(["--root", str(tmp_path), "--conflicts"]) == 1
+    assert capsys.readouterr().out.startswith("SC-GRPO -3.8: [-7.8, +0.1] (README.md)")
+    (tmp_path / "docs/a.md").write_text("SC-GRPO: -3.8 [-7.8, +0.1].\n")
+    assert findings.main(["--root", str(tmp_path), "--conflicts"]) == 0

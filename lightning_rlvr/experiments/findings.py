@@ -3,7 +3,8 @@
 Layer: experiments (reads committed ``results.csv`` files through ``experiments.sweep`` and credit-lab
 tables; never runs anything). ``python -m lightning_rlvr.experiments.findings`` rewrites every block
 between ``<!-- findings:NAME begin -->`` and ``<!-- findings:NAME end -->`` in the pages of ``PAGES``;
-``--check`` exits 1 naming the blocks whose committed text no longer matches the data. Every verdict uses
+``--check`` exits 1 naming the blocks whose committed text no longer matches the data; ``--conflicts``
+exits 1 listing the figures stated with two values (``figure_conflicts``). Every verdict uses
 ``experiments.verdicts``' words and the sweep report's pooled-or-paired rule (``sweep.plan.Evidence``).
 
 The wording rules, here and nowhere else:
@@ -30,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .figure_conflicts import conflicts
 from .sweep.claims import claim_rows
 from .sweep.plan import Evidence, read_rates
 from .sweep.report import compare_to_baseline
@@ -390,59 +392,6 @@ BLOCKS = {
 }
 
 
-# ---------------------------------------------------------------------------- one value per figure
-DIFFERENCE = re.compile(r"([+-]\d+\.\d)\*{0,2} \[([+-]\d+\.\d), ([+-]\d+\.\d)\]")
-KEY_FIGURES = {  # a figure stated in prose: its label, the pattern of its value, a word near it
-    "HP-RLVR's paper speed-up": (
-        re.compile(r"(?:paper|claim)[^.\n]{0,30}?(\d\.\d+(?:-\d\.\d+)?)x (?:faster|speed)"),
-        "HP-RLVR",
-    ),
-    "SC-GRPO's paper gain": (re.compile(r"\+(\d+\.\d)%"), "SC-GRPO"),
-    "SHEAR's paper gain": (re.compile(r"(?:paper|claim)[^.\n]{0,10}?\+(\d\.\d) points"), "SHEAR"),
-    "the oracle's ceiling at M = 16": (
-        re.compile(
-            r"(?:ceiling (?:is|of)(?: about)?\s+(0\.\d\d))|(?:(0\.\d\d)(?: \[[^]]*\])? \(the ceiling\))"
-        ),
-        "M = 16",
-    ),
-}
-CONTEXT = 120  # characters before a difference searched for the method it belongs to
-
-
-def statements(text: str) -> list[tuple[str, str]]:
-    """(label, value) of every key figure in ``text``: a method's difference from GRPO as 'METHOD d' with
-    its interval (a difference called 'paired' is a statistic of its own), and ``KEY_FIGURES``."""
-    out = []
-    names = sorted(NAMES.values(), key=len, reverse=True)
-    for m in DIFFERENCE.finditer(text):
-        before = text[max(0, m.start() - CONTEXT) : m.start()]
-        found = [(before.rfind(n), n) for n in names if n in before]
-        if not found:
-            continue
-        name = max(found)[1]
-        kind = " (paired)" if "paired" in before[-40:] else ""
-        out.append((f"{name} {m.group(1)}{kind}", f"[{m.group(2)}, {m.group(3)}]"))
-    for label, (pattern, word) in KEY_FIGURES.items():
-        for m in pattern.finditer(text):
-            if word in text[max(0, m.start() - 3 * CONTEXT) : m.end() + CONTEXT]:
-                out.append((label, next(g for g in m.groups() if g)))
-    return out
-
-
-def conflicts(root: Path, pages: Sequence[str] | None = None) -> list[str]:
-    """Figures stated with two values across README.md and docs/*.md: 'label: value (page), ...'."""
-    paths = pages or ["README.md", *sorted(str(p.relative_to(root)) for p in (root / "docs").glob("*.md"))]
-    seen: dict[str, dict[str, list[str]]] = {}
-    for page in paths:
-        for label, value in statements((root / page).read_text()):
-            seen.setdefault(label, {}).setdefault(value, []).append(page)
-    return [
-        f"{label}: " + "; ".join(f"{v} ({', '.join(sorted(set(p)))})" for v, p in values.items())
-        for label, values in seen.items()
-        if len(values) > 1
-    ]
-
-
 # ---------------------------------------------------------------------------- the pages
 def replace_block(text: str, name: str, body: str, page: str) -> str:
     """``text`` with the block ``name`` holding ``body`` (one error line when its markers are missing)."""
@@ -483,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = Path(args.root)
     if args.conflicts:
-        found = conflicts(root)
+        found = conflicts(root, NAMES.values())
         sys.stdout.write("".join(f"{line}\n" for line in found))
         return 1 if found else 0
     try:

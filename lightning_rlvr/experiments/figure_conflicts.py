@@ -1,0 +1,67 @@
+"""One value per figure: finds a figure the README and docs state with two different values.
+
+Layer: experiments (reads README.md and docs/*.md as text; imports nothing of the package). A figure is
+a method's difference from GRPO with its interval ('SC-GRPO -3.8 [-7.8, +0.1]', attributed to the
+method named last before it) or one of ``KEY_FIGURES`` (the papers' claims, the oracle's ceiling). The
+same label with two values on the pages is a conflict. Run it with
+``python -m lightning_rlvr.experiments.findings --conflicts``, which hands it the method names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+DIFFERENCE = re.compile(r"([+-]\d+\.\d)\*{0,2} \[([+-]\d+\.\d), ([+-]\d+\.\d)\]")
+KEY_FIGURES = {  # a figure stated in prose: its label, the pattern of its value, a word near it
+    "HP-RLVR's paper speed-up": (
+        re.compile(r"(?:paper|claim)[^.\n]{0,30}?(\d\.\d+(?:-\d\.\d+)?)x (?:faster|speed)"),
+        "HP-RLVR",
+    ),
+    "SC-GRPO's paper gain": (re.compile(r"\+(\d+\.\d)%"), "SC-GRPO"),
+    "SHEAR's paper gain": (re.compile(r"(?:paper|claim)[^.\n]{0,10}?\+(\d\.\d) points"), "SHEAR"),
+    "the oracle's ceiling at M = 16": (
+        re.compile(
+            r"(?:ceiling (?:is|of)(?: about)?\s+(0\.\d\d))|(?:(0\.\d\d)(?: \[[^]]*\])? \(the ceiling\))"
+        ),
+        "M = 16",
+    ),
+}
+CONTEXT = 120  # characters before a difference searched for the method it belongs to
+
+
+def statements(text: str, names: Iterable[str]) -> list[tuple[str, str]]:
+    """(label, value) of every key figure in ``text``: a difference from GRPO as 'METHOD d' with its
+    interval, METHOD the last of ``names`` (the methods' display names) before it (a difference called
+    'paired' is a statistic of its own), and ``KEY_FIGURES``."""
+    out = []
+    names = sorted(names, key=len, reverse=True)
+    for m in DIFFERENCE.finditer(text):
+        before = text[max(0, m.start() - CONTEXT) : m.start()]
+        found = [(before.rfind(n), n) for n in names if n in before]
+        if not found:
+            continue
+        name = max(found)[1]
+        kind = " (paired)" if "paired" in before[-40:] else ""
+        out.append((f"{name} {m.group(1)}{kind}", f"[{m.group(2)}, {m.group(3)}]"))
+    for label, (pattern, word) in KEY_FIGURES.items():
+        for m in pattern.finditer(text):
+            if word in text[max(0, m.start() - 3 * CONTEXT) : m.end() + CONTEXT]:
+                out.append((label, next(g for g in m.groups() if g)))
+    return out
+
+
+def conflicts(root: Path, names: Iterable[str], pages: Sequence[str] | None = None) -> list[str]:
+    """Figures stated with two values across README.md and docs/*.md: 'label: value (page), ...'."""
+    names = list(names)
+    paths = pages or ["README.md", *sorted(str(p.relative_to(root)) for p in (root / "docs").glob("*.md"))]
+    seen: dict[str, dict[str, list[str]]] = {}
+    for page in paths:
+        for label, value in statements((root / page).read_text(), names):
+            seen.setdefault(label, {}).setdefault(value, []).append(page)
+    return [
+        f"{label}: " + "; ".join(f"{v} ({', '.join(sorted(set(p)))})" for v, p in values.items())
+        for label, values in seen.items()
+        if len(values) > 1
+    ]
