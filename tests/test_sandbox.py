@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 
 import lightning_rlvr.rewards.sandbox as sb
+import lightning_rlvr.rewards.sandbox_host as sandbox_host
 from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.core.problem import Problem
 from lightning_rlvr.rewards.sandbox import SandboxLimits, run_python, run_tests, sandbox_report
+from lightning_rlvr.rewards.sandbox_user import interpreter
 from lightning_rlvr.tasks.code import SandboxedCodeTask
 from tests.conftest import REPO
 
@@ -75,12 +77,12 @@ def canary_dir():
     path = _visible_dir() / f"sandbox-canary-{uuid.uuid4().hex}"
     path.mkdir()
     os.chmod(path, 0o755)
-    sb._SHARED = None
+    sandbox_host._SHARED = None
     try:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-        sb._SHARED = None
+        sandbox_host._SHARED = None
 
 
 def test_correct_and_wrong_solutions_in_both_test_styles():
@@ -370,7 +372,8 @@ print(json.dumps({"uid": os.getuid(), "report": sandbox_report(), "passed": pass
 
 def _minimal_package(dest: Path) -> None:
     """The sandbox module, its harness and its one dependency, importable without torch (for another uid)."""
-    for rel in ("core/errors.py", "rewards/sandbox.py", "rewards/sandbox_harness.py"):
+    sandbox = ("sandbox.py", "sandbox_harness.py", "sandbox_host.py", "sandbox_user.py")
+    for rel in ("core/errors.py", *(f"rewards/{name}" for name in sandbox)):
         (dest / "lightning_rlvr" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / "lightning_rlvr" / rel, dest / "lightning_rlvr" / rel)
     for pkg in ("", "core/", "rewards/"):
@@ -386,7 +389,7 @@ def test_the_unprivileged_path_isolates_with_a_user_namespace():
         kwargs = {}
         if ROOT:
             kwargs = dict(user=65534, group=65534, extra_groups=[])
-            python = sb._interpreter(SandboxLimits(), 65534)
+            python = interpreter(None, 65534)
         else:
             python = sys.executable
         proc = subprocess.run(

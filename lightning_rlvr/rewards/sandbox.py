@@ -10,14 +10,14 @@ Each run starts one trusted *harness* process (``python -I -c _HARNESS``). The h
 2. makes every mount read-only (``mount_setattr(AT_RECURSIVE)``, or a remount per mount on older
    kernels), mounts a size-limited ``tmpfs`` on ``/tmp`` (the work dir: bounds the total disk use),
    gives each world-writable directory of the host (found once per trainer process, by a walk of
-   the tree up to depth 5) a private directory of that ``tmpfs``, and binds ``/dev/null`` over each
-   filesystem unix socket it found (abstract sockets are per network namespace);
+   the tree up to depth 5: ``sandbox_host.py``) a private directory of that ``tmpfs``, and binds
+   ``/dev/null`` over each filesystem unix socket it found (abstract sockets are per network namespace);
 3. forks a trusted *init* (PID 1 of the new PID namespace: it mounts a fresh ``/proc`` and dies with
    the harness), which forks the *worker*. The worker drops to an unprivileged uid of its own (as
-   root) or drops every capability (in a user namespace), sets ``no_new_privs`` (setuid files do
-   not elevate), ``RLIMIT_NPROC``/``AS``/``CPU``/``FSIZE``/``NOFILE``, an empty environment, and
-   only then runs the candidate's code. It holds only stdin (/dev/null), stdout/stderr (pipes
-   drained by the harness) and the two pipes of its call channel;
+   root: ``sandbox_user.py``) or drops every capability (in a user namespace), sets ``no_new_privs``
+   (setuid files do not elevate), ``RLIMIT_NPROC``/``AS``/``CPU``/``FSIZE``/``NOFILE``, an empty
+   environment, and only then runs the candidate's code. It holds only stdin (/dev/null),
+   stdout/stderr (pipes drained by the harness) and the two pipes of its call channel;
 4. runs the *tests* itself (:func:`run_tests`). The tests never enter the sandbox, so the candidate
    cannot read them. Every call of a candidate function from the tests crosses the channel: the
    arguments go to the worker, the worker calls the function and sends back only plain data
@@ -48,18 +48,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
-import stat
 import subprocess
-import sys
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import RLVRError
+from .sandbox_host import host_shared_paths
+from .sandbox_user import UIDS, interpreter
 
 log = logging.getLogger(__name__)
 
@@ -145,89 +142,7 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-class _UidPool:
-    """Hands each concurrent run its own uid (root only), across threads and processes.
-
-    A uid is held by an ``flock`` on a lock file in the temp dir, so two trainings on one machine
-    never share one (a shared uid would share the ``RLIMIT_NPROC`` budget).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: dict[int, int] = {}  # uid -> lock file descriptor
-
-    def acquire(self, limits: SandboxLimits) -> int:
-        import fcntl
-
-        deadline = time.monotonic() + 60
-        while True:
-            with self._lock:
-                for uid in range(limits.uid_base, limits.uid_base + limits.max_parallel):
-                    if uid in self._held:
-                        continue
-                    path = os.path.join(tempfile.gettempdir(), f"lightning_rlvr-sandbox-{uid}.lock")
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except OSError:
-                        os.close(fd)
-                        continue
-                    self._held[uid] = fd
-                    return uid
-            if time.monotonic() > deadline:
-                raise RuntimeError("no free sandbox uid")
-            time.sleep(0.01)
-
-    def release(self, uid: int) -> None:
-        with self._lock:
-            os.close(self._held.pop(uid))  # closing the descriptor drops the flock
-
-
-_UIDS = _UidPool()
-_PYTHON_CACHE: dict[tuple, str] = {}
-
-
-def _interpreter(limits: SandboxLimits, uid: int | None) -> str:
-    """An interpreter the sandbox uid can run (probed once per candidate list and uid)."""
-    candidates = (
-        [limits.python]
-        if limits.python
-        else [
-            sys.executable,
-            os.path.realpath(sys.executable),
-            getattr(sys, "_base_executable", ""),
-            shutil.which("python3") or "",
-            "/usr/bin/python3",
-        ]
-    )
-    candidates = [c for c in dict.fromkeys(candidates) if c]
-    if uid is None:
-        return candidates[0]
-    key = (tuple(candidates), uid)
-    if key not in _PYTHON_CACHE:
-        for cand in candidates:
-            try:
-                probe = subprocess.run(
-                    [cand, "-I", "-c", "pass"],
-                    user=uid,
-                    group=uid,
-                    extra_groups=[],
-                    env={},
-                    cwd="/",
-                    capture_output=True,
-                    timeout=30,
-                )
-            except (OSError, subprocess.SubprocessError):
-                continue
-            if probe.returncode == 0:
-                _PYTHON_CACHE[key] = cand
-                break
-        else:
-            raise RuntimeError(f"no interpreter among {candidates} is executable by uid {uid}")
-    return _PYTHON_CACHE[key]
-
-
-# file systems whose trees are never walked (and that may stay writable in the remount fallback)
+# pseudo file systems that may stay writable in the harness's remount fallback (older kernels)
 _PSEUDO_FS = [
     "proc",
     "sysfs",
@@ -247,43 +162,6 @@ _PSEUDO_FS = [
     "hugetlbfs",
     "nsfs",
 ]
-_SHARED: tuple[list[str], list[str]] | None = None
-
-
-def host_shared_paths(max_depth: int = 4) -> tuple[list[str], list[str]]:
-    """World-writable directories and filesystem unix sockets of the host (walked once, cached).
-
-    The walk goes ``max_depth`` levels below ``/`` (``/var/lib/php/sessions`` is depth 3), skips
-    ``/proc``, ``/sys`` and ``/tmp`` (replaced anyway) and does not follow symlinks; a full walk
-    of a machine's tree can take minutes. Deeper world-writable directories stay read-only in the
-    sandbox (every mount is), only not privately writable.
-    """
-    global _SHARED
-    if _SHARED is None:
-        shared, sockets, stack = [], [], [("/", 0)]
-        while stack:
-            path, depth = stack.pop()
-            try:
-                entries = list(os.scandir(path))
-            except OSError:
-                continue
-            for e in entries:
-                try:
-                    if e.is_symlink():
-                        continue
-                    if e.is_dir():
-                        if e.path in ("/proc", "/sys", "/tmp"):
-                            continue
-                        if e.stat(follow_symlinks=False).st_mode & 0o002:
-                            shared.append(e.path)  # its subtree is replaced: no need to walk it
-                        elif depth < max_depth:
-                            stack.append((e.path, depth + 1))
-                    elif not e.is_file() and stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode):
-                        sockets.append(e.path)
-                except OSError:
-                    continue
-        _SHARED = (sorted(shared), sorted(sockets))
-    return list(_SHARED[0]), list(_SHARED[1])
 
 
 def _owned(entry: os.DirEntry) -> bool:
@@ -297,9 +175,9 @@ def _run(payload: dict, limits: SandboxLimits) -> SandboxResult:
     """Run the harness on ``payload`` (code, tests, mode) under ``limits``."""
     start = time.perf_counter()
     root = _is_root()
-    uid = _UIDS.acquire(limits) if root else None
+    uid = UIDS.acquire(limits.uid_base, limits.max_parallel) if root else None
     try:
-        python = _interpreter(limits, uid)
+        python = interpreter(limits.python, uid)
         mb = 1024 * 1024
         # in a user namespace the harness and init count against the namespace's process limit too
         nproc = limits.nproc if root else limits.nproc + 2
@@ -386,7 +264,7 @@ def _run(payload: dict, limits: SandboxLimits) -> SandboxResult:
         )
     finally:
         if uid is not None:
-            _UIDS.release(uid)
+            UIDS.release(uid)
 
 
 def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxResult:
