@@ -3,7 +3,7 @@
 Run as a module (``python -m tests.test_faults_sweep fit|test ...``) this file is a stand-in for
 ``lightning-rlvr``: a "fit" that writes ``last.ckpt`` (its pid and step) every 0.1 s and reports it, a
 "test" that records what it read. The sweep runs it through its real ``subprocess_runner``
-(``sweep.CLI_MODULE``), so the process handling under test is the sweep's own. Sweeps and parents
+(``sweep.runner.CLI_MODULE``), so the process handling under test is the sweep's own. Sweeps and parents
 are forked from pytest (no interpreter start-up); the only real ``lightning-rlvr`` is the one whose
 death with its parent is checked.
 """
@@ -180,24 +180,24 @@ if __name__ == "__main__":
 
 def test_restoring_archived_runs_never_deletes_a_run_folder_a_live_process_holds(tmp_path, monkeypatch):
     from lightning_rlvr.core.process import locked
-    from lightning_rlvr.experiments.sweep import run as sw
     from lightning_rlvr.experiments.sweep.archive import archive_dir, restore_runs
+    from lightning_rlvr.experiments.sweep.spec import DONE, expand, load_sweep, lock_path, run_dir
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "m.yaml").write_text("model: {lr: 1.0e-4}\n")
     (tmp_path / "s.yaml").write_text("out: out\ngrid:\n  config: [m.yaml]\n  seed_everything: [0]\n")
-    sweep = sw.load_sweep("s.yaml")
-    (run,) = sw.expand(sweep)
+    sweep = load_sweep("s.yaml")
+    (run,) = expand(sweep)
     archived = archive_dir(sweep, run)
     archived.mkdir(parents=True)
-    (archived / sw.DONE).write_text("{}")  # finished on another machine
-    partial = sw.run_dir(sweep, run) / "partial.txt"
+    (archived / DONE).write_text("{}")  # finished on another machine
+    partial = run_dir(sweep, run) / "partial.txt"
     partial.parent.mkdir(parents=True)
     partial.write_text("a fit in progress")
-    for held in (sw.lock_path(sweep, run), partial.parent / "checkpoints" / ".lock"):
+    for held in (lock_path(sweep, run), partial.parent / "checkpoints" / ".lock"):
         with locked(held) as f:
             assert f is not None
             assert restore_runs(sweep, [run]) == []
             assert partial.read_text() == "a fit in progress"
     assert restore_runs(sweep, [run]) == [run.run_id]  # nobody holds it: the archived run replaces it
-    assert not partial.exists() and (sw.run_dir(sweep, run) / sw.DONE).is_file()
+    assert not partial.exists() and (run_dir(sweep, run) / DONE).is_file()

@@ -16,6 +16,7 @@ from lightning_rlvr.experiments.sweep.claims import claims_section
 from lightning_rlvr.experiments.sweep.plan import Evidence
 from lightning_rlvr.experiments.sweep.report import compare_to_baseline
 from lightning_rlvr.experiments.sweep.rows import read_results_csv
+from lightning_rlvr.experiments.sweep.spec import load_sweep
 from lightning_rlvr.experiments.verdicts import BETTER, NOT_TESTABLE, decide
 
 TESTS = {  # test pass@1 by seed 1-3; x is +1 point on average, y about grpo, dead collapsed
@@ -202,7 +203,7 @@ def test_the_report_says_a_claim_on_a_collapsed_arm_rests_on_nothing(tmp_path, m
     monkeypatch.chdir(tmp_path)
     setup(tmp_path, claims="{cell: dead, metric: test/pass@1, direction: higher}")
     axes, rows = read_results_csv(tmp_path / "pilot" / "results.csv")
-    sweep = sw.load_sweep(tmp_path / "s.yaml")
+    sweep = load_sweep(tmp_path / "s.yaml")
     entries = compare_to_baseline(axes, rows, sweep.report)
     evidence = Evidence(axes, rows, sweep.report)
     text = claims_section(sweep.report.claims, entries, 0.95, 0.8, evidence)

@@ -9,9 +9,10 @@ import json
 import pytest
 
 from lightning_rlvr.experiments.sweep import choice
-from lightning_rlvr.experiments.sweep import run as sw
+from lightning_rlvr.experiments.sweep.checks import SweepError
 from lightning_rlvr.experiments.sweep.plan import Evidence, lr_of_spec, rates_section, read_rates
 from lightning_rlvr.experiments.sweep.report import compare_to_baseline
+from lightning_rlvr.experiments.sweep.spec import ReportSettings, load_sweep
 from tests.sweep_rows import read_rows
 
 GRID = "run_id,method,model.lr,seed,val/pass@1_final\n"
@@ -78,8 +79,8 @@ def test_a_bad_rule_is_one_sweep_error(tmp_path, report, says):
     (tmp_path / "s.yaml").write_text(
         f"grid:\n  model.lr: [1, 2]\n  seed_everything: [0]\nreport:\n  {report}\n"
     )
-    with pytest.raises(sw.SweepError) as err:
-        sw.load_sweep(tmp_path / "s.yaml")
+    with pytest.raises(SweepError) as err:
+        load_sweep(tmp_path / "s.yaml")
     assert says in str(err.value) and "\n" not in str(err.value)
 
 
@@ -101,7 +102,7 @@ def test_rates_come_from_overrides_over_config_files_and_unmatched_ones_are_flag
     axes, rows = read_rows(text, tmp_path)
     rates = read_rates(rows, [tmp_path / "runs"])
     assert rates == {r["run_id"]: "0.0004" if not r["run_id"].startswith("own") else "0.0002" for r in rows}
-    settings = sw.ReportSettings(baseline={"method": "grpo"})
+    settings = ReportSettings(baseline={"method": "grpo"})
     entries = compare_to_baseline(axes, rows, settings)
     evidence = Evidence(axes, rows, settings, rates)
     section = rates_section(entries, evidence)

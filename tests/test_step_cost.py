@@ -7,8 +7,9 @@ import csv
 import pytest
 
 from lightning_rlvr.experiments.sweep import report as rep
-from lightning_rlvr.experiments.sweep import run as sw
+from lightning_rlvr.experiments.sweep.checks import SweepError
 from lightning_rlvr.experiments.sweep.rows import IDLE_CAP, IDLE_TO_TARGET
+from lightning_rlvr.experiments.sweep.spec import expand, load_sweep
 from tests.test_sweep_report import fake_finished_run
 
 GRID = "out: out\nreport_dir: report\ngrid:\n  'config:method': [grpo.yaml, shear.yaml]\n"
@@ -20,7 +21,7 @@ def _sweep(tmp_path, report: str):
         (tmp_path / f"{m}.yaml").write_text("model: {}\n")
     path = tmp_path / "s.yaml"
     path.write_text(GRID + f"report: {report}\n")
-    return sw.load_sweep(path)
+    return load_sweep(path)
 
 
 def test_steps_times_the_idle_cost_beside_loaded_seconds(tmp_path, monkeypatch):
@@ -30,7 +31,7 @@ def test_steps_times_the_idle_cost_beside_loaded_seconds(tmp_path, monkeypatch):
         "{target_accuracy: 0.5, step_cost_s: {grpo: 10, shear: 2.5}, compare: [idle_time_to_target_s]}",
     )
     assert sweep.report.step_cost_s == {"grpo": 10.0, "shear": 2.5}
-    runs = sw.expand(sweep)  # grpo 0, grpo 1, shear 0, shear 1
+    runs = expand(sweep)  # grpo 0, grpo 1, shear 0, shear 1
     for i, run in enumerate(runs):  # every run but shear seed 1 reaches 0.5 after its 3 steps
         fake_finished_run(
             sweep.out, run, rewards=[0.1, 0.2, 0.3], val=[0.25, 0.4 if i == 3 else 0.6], test=0.1
@@ -53,7 +54,7 @@ def test_steps_times_the_idle_cost_beside_loaded_seconds(tmp_path, monkeypatch):
 def test_a_cell_without_a_cost_shows_no_idle_time(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     sweep = _sweep(tmp_path, "{target_accuracy: 0.5, step_cost_s: {grpo: 10}}")
-    runs = sw.expand(sweep)
+    runs = expand(sweep)
     for run in runs:
         fake_finished_run(sweep.out, run, rewards=[0.1, 0.2, 0.3], val=[0.25, 0.6], test=0.1)
     rep.write_report(sweep, runs)
@@ -75,6 +76,6 @@ def test_a_cell_without_a_cost_shows_no_idle_time(tmp_path, monkeypatch):
 )
 def test_a_bad_step_cost_is_one_line(tmp_path, monkeypatch, costs, said):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(sw.SweepError) as err:
+    with pytest.raises(SweepError) as err:
         _sweep(tmp_path, f"{{step_cost_s: {costs}}}")
     assert said in str(err.value) and "\n" not in str(err.value) and "s.yaml" in str(err.value)

@@ -9,12 +9,14 @@ import pytest
 
 from lightning_rlvr.experiments.sweep import commands as swc
 from lightning_rlvr.experiments.sweep import run as sw
+from lightning_rlvr.experiments.sweep.checks import SweepError
+from lightning_rlvr.experiments.sweep.spec import Run, expand, load_sweep
 from tests.conftest import write
 
 
 def test_grid_is_the_cartesian_product_with_config_file_axes(grid_sweep):
-    sweep = sw.load_sweep(grid_sweep)
-    runs = sw.expand(sweep)
+    sweep = load_sweep(grid_sweep)
+    runs = expand(sweep)
     assert len(runs) == 2 * 2 * 3
     # beta is listed first; the glob adds alpha and does not repeat beta
     assert [r.configs for r in runs[::6]] == [
@@ -32,7 +34,7 @@ def test_grid_is_the_cartesian_product_with_config_file_axes(grid_sweep):
     assert runs[0].seed == "0"
     ids = [r.run_id for r in runs]
     assert len(set(ids)) == len(ids)
-    assert [r.run_id for r in sw.expand(sw.load_sweep(grid_sweep))] == ids  # stable across invocations
+    assert [r.run_id for r in expand(load_sweep(grid_sweep))] == ids  # stable across invocations
 
 
 def test_run_ids_stay_unique_when_two_config_files_share_a_stem(tmp_path, monkeypatch):
@@ -40,9 +42,9 @@ def test_run_ids_stay_unique_when_two_config_files_share_a_stem(tmp_path, monkey
     write(tmp_path / "a" / "m.yaml", "model: {lr: 1.0e-4}\n")
     write(tmp_path / "b" / "m.yaml", "model: {lr: 2.0e-4}\n")
     path = write(tmp_path / "s.yaml", "grid:\n  config: [a/m.yaml, b/m.yaml]\n  seed_everything: [0]\n")
-    ids = [r.run_id for r in sw.expand(sw.load_sweep(path))]
+    ids = [r.run_id for r in expand(load_sweep(path))]
     assert len(set(ids)) == 2 and all(i.startswith("m__seed=0-") for i in ids)
-    assert ids == [r.run_id for r in sw.expand(sw.load_sweep(path))]
+    assert ids == [r.run_id for r in expand(load_sweep(path))]
 
 
 def test_bad_sweep_file_is_one_clear_error(tmp_path, monkeypatch, capsys):
@@ -129,7 +131,7 @@ def test_axis_overrides_give_each_method_its_own_lr(grid_sweep):
     write(
         grid_sweep, text + "axis_overrides:\n  method:\n    alpha: {model.lr: 2.0e-4, model.group_size: 2}\n"
     )
-    runs = sw.expand(sw.load_sweep(grid_sweep))
+    runs = expand(load_sweep(grid_sweep))
     lr = {r.run_id: dict(r.overrides).get("model.lr") for r in runs}
     assert lr == {
         f"{m}__seed={s}": (2.0e-4 if m == "alpha" else None) for m in ("beta", "alpha") for s in range(3)
@@ -141,8 +143,8 @@ def test_axis_overrides_give_each_method_its_own_lr(grid_sweep):
         "lr": 2.0e-4,
     }
     assert ("--model.lr", "0.0002") in zip(
-        swc.fit_command(sw.load_sweep(grid_sweep), alpha)[:-1],
-        swc.fit_command(sw.load_sweep(grid_sweep), alpha)[1:],
+        swc.fit_command(load_sweep(grid_sweep), alpha)[:-1],
+        swc.fit_command(load_sweep(grid_sweep), alpha)[1:],
     )
 
 
@@ -151,7 +153,7 @@ def test_axis_overrides_keyed_by_a_numeric_axis_value(grid_sweep):
         grid_sweep,
         grid_sweep.read_text() + "axis_overrides:\n  model.lr:\n    5.0e-5: {model.group_size: 16}\n",
     )
-    runs = sw.expand(sw.load_sweep(grid_sweep))
+    runs = expand(load_sweep(grid_sweep))
     assert {r.run_id for r in runs if dict(r.overrides).get("model.group_size") == 16} == {
         f"{m}__lr=5e-05__seed={s}" for m in ("beta", "alpha") for s in range(3)
     }
@@ -172,19 +174,19 @@ def test_axis_overrides_keyed_by_a_numeric_axis_value(grid_sweep):
 )
 def test_bad_axis_overrides_and_report_settings_are_one_clear_error(grid_sweep, extra, message):
     write(grid_sweep, grid_sweep.read_text() + extra)
-    with pytest.raises(sw.SweepError, match=re.escape(message)):
-        sw.load_sweep(grid_sweep)
+    with pytest.raises(SweepError, match=re.escape(message)):
+        load_sweep(grid_sweep)
 
 
 def test_report_baseline_defaults_to_the_first_axis_value_and_accepts_a_plain_value(grid_sweep):
-    assert sw.load_sweep(grid_sweep).report.baseline == {"method": "beta"}
+    assert load_sweep(grid_sweep).report.baseline == {"method": "beta"}
     write(grid_sweep, grid_sweep.read_text() + "report: {baseline: alpha, compare: val/pass@1_final}\n")
-    report = sw.load_sweep(grid_sweep).report
+    report = load_sweep(grid_sweep).report
     assert report.baseline == {"method": "alpha"} and report.compare == ["val/pass@1_final"]
 
 
 def test_nested_overrides_into_mappings_and_new_sections_are_merged():
-    run = sw.Run(
+    run = Run(
         run_id="r",
         configs=(),
         overrides=(("model.credit.init_args.window", 8), ("model.lora.r", 4), ("model.lr", 0.1)),

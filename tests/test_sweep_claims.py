@@ -13,8 +13,9 @@ import yaml
 from lightning_rlvr.experiments.pooled import fit_pool
 from lightning_rlvr.experiments.stats import paired_comparison, seeds_needed, t_power
 from lightning_rlvr.experiments.sweep import report as rep
-from lightning_rlvr.experiments.sweep import run as sw
+from lightning_rlvr.experiments.sweep.checks import SweepError
 from lightning_rlvr.experiments.sweep.claims import Claim, claims_section, judge, parse_claims
+from lightning_rlvr.experiments.sweep.spec import expand, load_sweep
 from tests.test_sweep_report import fake_finished_run
 
 ALPHA, POWER = 0.05, 0.8
@@ -152,8 +153,8 @@ def test_every_malformed_claim_is_one_clear_error(raw, says, tmp_path, monkeypat
     (tmp_path / "s.yaml").write_text(
         yaml.safe_dump({"grid": grid, "report": {"compare": COMPARE, "claims": raw}})
     )
-    with pytest.raises(sw.SweepError) as err:
-        sw.load_sweep("s.yaml")
+    with pytest.raises(SweepError) as err:
+        load_sweep("s.yaml")
     message = str(err.value)
     assert message.startswith("s.yaml: report.claims") and "\n" not in message and re.search(says, message)
 
@@ -164,8 +165,8 @@ def test_a_malformed_claim_in_a_sweep_file_is_a_sweep_error_naming_the_file(tmp_
         "grid:\n  seed_everything: [0]\n  model.lr: [1, 2]\n"
         "report:\n  claims: [{cell: 3, metric: test/pass@1, effect: 0.1}]\n"
     )
-    with pytest.raises(sw.SweepError, match=r"s.yaml: report.claims\[0\]: model.lr = '3' is not a grid cell"):
-        sw.load_sweep(path)
+    with pytest.raises(SweepError, match=r"s.yaml: report.claims\[0\]: model.lr = '3' is not a grid cell"):
+        load_sweep(path)
 
 
 def test_a_claim_without_runs_yet_reads_undecided():
@@ -187,8 +188,8 @@ def test_the_report_judges_each_claim_from_the_paired_runs(tmp_path, monkeypatch
         "    - {cell: up, metric: test/pass@1, effect: 0.02, source: 'paper: +2 points'}\n"
         "    - {cell: flat, metric: test/pass@1, effect: 0.5, relative: true, source: 'paper: +50%'}\n"
     )
-    sweep = sw.load_sweep(path)
-    runs = sw.expand(sweep)  # grpo s0-2, up s0-2, flat s0-2
+    sweep = load_sweep(path)
+    runs = expand(sweep)  # grpo s0-2, up s0-2, flat s0-2
     tests = [0.40, 0.50, 0.60, 0.45, 0.56, 0.64, 0.41, 0.49, 0.61]  # up: +5, +6, +4; flat: +1, -1, +1
     for run, test in zip(runs, tests):
         fake_finished_run(sweep.out, run, rewards=[0.1, 0.2], val=[0.2, 0.3], test=test)

@@ -7,6 +7,7 @@ import pytest
 from lightning_rlvr.experiments.sweep import curves as sc
 from lightning_rlvr.experiments.sweep import report as rep
 from lightning_rlvr.experiments.sweep import rows as run_rows
+from lightning_rlvr.experiments.sweep.spec import ReportSettings
 
 
 def _rows(values: list[str]) -> list[dict]:
@@ -29,7 +30,7 @@ def test_a_config_list_with_one_stem_is_named_once_in_tables_and_curves():
     rows = _rows(["grpo", "hp_rlvr+hp_rlvr"])
     table = rep.markdown_table(["method"], rows)
     assert "| hp_rlvr | 3 |" in table and "hp_rlvr+hp_rlvr" not in table
-    settings = rep.ReportSettings(
+    settings = ReportSettings(
         {"method": "grpo"}, ["test/pass@1"], None, 0.95, 0.8, None, "val/pass@1_final", []
     )
     comparison = rep.comparison_table(["method"], rows, settings)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lightning_rlvr.experiments.sweep import commands as swc
-from lightning_rlvr.experiments.sweep import run as sw
+from lightning_rlvr.experiments.sweep.spec import Run, expand, load_sweep
 from tests.conftest import BASE_TEST_SCALE, METHOD_TEST_SCALE, REPO, TINY
 
 SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
@@ -28,7 +28,7 @@ SCALE_KEYS += PINNED
 STARTED: set = set()
 
 
-def _start_key(run: sw.Run) -> tuple:
+def _start_key(run: Run) -> tuple:
     return run.configs, tuple((k, json.dumps(v)) for k, v in run.overrides if not k.startswith(SCALE_KEYS))
 
 
@@ -36,7 +36,7 @@ def _test_scale(base: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
     """The test-scale configs of the base configs (``BASE_TEST_SCALE``, default tiny.yaml) and the
     ``PINNED`` values they set, as CLI flags."""
     scale = tuple(c for b in base for c in BASE_TEST_SCALE.get(Path(b).stem, ())) or (TINY,)
-    merged = swc._merged_config(sw.Run("scale", scale, (), (), None))
+    merged = swc._merged_config(Run("scale", scale, (), (), None))
     pins = []
     for key in PINNED:
         node = merged
@@ -56,8 +56,8 @@ def test_every_sweep_file_starts_each_of_its_runs(sweep_file, run_cli, monkeypat
     still apply over them (HP-RLVR keeps G = 1, the task stays the sweep's), and the batch, evaluation
     and game-pool sizes go back to test scale after the run's overrides."""
     monkeypatch.chdir(REPO)
-    sweep = sw.load_sweep(sweep_file, out=tmp_path / "out")
-    runs = sw.expand(sweep)
+    sweep = load_sweep(sweep_file, out=tmp_path / "out")
+    runs = expand(sweep)
     assert runs and len({r.run_id for r in runs}) == len(runs)
     distinct = {_start_key(r): r for r in runs}
     base = len(sweep.configs)
@@ -75,7 +75,7 @@ def test_every_sweep_file_starts_each_of_its_runs(sweep_file, run_cli, monkeypat
         assert sizes.get("data.batch_size") == str(cli.datamodule.batch_size)  # the pins won
         if "model.task.init_args.test_games" in sizes:
             assert sizes["model.task.init_args.test_games"] == str(cli.model.task.size("test"))
-        grid_files = sw.Run(run.run_id, run.configs[base:], (), (), None)
+        grid_files = Run(run.run_id, run.configs[base:], (), (), None)
         group_size = swc._merged_config(grid_files).get("model", {}).get("group_size")
         if group_size is not None:  # a method file's own G wins over the test scale's
             assert cli.model.group_size == group_size
@@ -86,8 +86,8 @@ def test_a_tuning_sweep_tunes_its_main_sweep_on_the_same_task_and_evaluation(tun
     """What the lr was chosen on must be what it is used on: same configs, task, warm start and evaluation,
     every method of the main sweep, the lr as the only extra axis, and the report choosing it."""
     monkeypatch.chdir(REPO)
-    main = sw.load_sweep(REPO / "sweeps" / tuning.name.replace("lr_tuning_", "methods_"))
-    tune = sw.load_sweep(tuning)
+    main = load_sweep(REPO / "sweeps" / tuning.name.replace("lr_tuning_", "methods_"))
+    tune = load_sweep(tuning)
     assert tune.configs == main.configs and tune.test_overrides == main.test_overrides
     # tuning may be shorter, and the main sweep may validate more often (a finer time-to-target): how often
     # validation runs does not change training (test_module); everything else is shared
@@ -110,7 +110,7 @@ def test_a_control_sweep_reruns_its_main_sweeps_runs_with_only_the_stated_change
     monkeypatch.chdir(REPO)
     stem = control.stem.removeprefix("control_")
     (main_file,) = [m for m in (REPO / "sweeps").glob("methods_*.yaml") if stem.startswith(m.stem[8:] + "_")]
-    main, ctl = sw.load_sweep(main_file), sw.load_sweep(control)
+    main, ctl = load_sweep(main_file), load_sweep(control)
     assert ctl.configs == main.configs and ctl.test_overrides == main.test_overrides
     assert ctl.overrides == main.overrides
     assert set(ctl.grid) - {"model.lr"} == set(main.grid)

@@ -15,6 +15,7 @@ from lightning_rlvr.core.process import FIT_REPORT_ENV
 from lightning_rlvr.experiments.sweep import commands as swc
 from lightning_rlvr.experiments.sweep import run as sw
 from lightning_rlvr.experiments.sweep import runner as swr
+from lightning_rlvr.experiments.sweep.spec import SPEC, expand, load_sweep
 from tests.conftest import REPO, TINY, write
 
 
@@ -141,15 +142,15 @@ def test_a_run_done_with_another_lr_is_run_again_and_the_others_are_kept(grid_sw
     again = FakeLightning()
     assert sw.main([str(grid_sweep)], runner=again) == 0 and again.calls == []  # all done: nothing runs
     write(grid_sweep, grid_sweep.read_text().replace("2.0e-4", "4.0e-4"))  # the tuning chose another lr
-    sweep = sw.load_sweep(grid_sweep)
-    assert [swr.is_done(sweep, r) for r in sw.expand(sweep)] == [True, False]  # beta, alpha
+    sweep = load_sweep(grid_sweep)
+    assert [swr.is_done(sweep, r) for r in expand(sweep)] == [True, False]  # beta, alpha
     third = FakeLightning()
     assert sw.main([str(grid_sweep)], runner=third) == 0
     assert [c for c in third.calls if c[1] != "_warmup"] == [
         ("fit", "alpha__seed=0"),
         ("test", "alpha__seed=0"),
     ]
-    spec = json.loads((sweep.out / "alpha__seed=0" / sw.SPEC).read_text())
+    spec = json.loads((sweep.out / "alpha__seed=0" / SPEC).read_text())
     assert ["model.lr", 4.0e-4] in spec["overrides"]
 
 
@@ -164,8 +165,8 @@ def test_a_run_whose_config_changed_a_value_is_run_again_and_a_comment_changes_n
     assert sw.main([str(grid_sweep)], runner=again) == 0 and again.calls == []
     # a value changed in one method file: its run is stale, named in the log, and run again; beta's is kept
     write(alpha, "model:\n  loss: {init_args: {loss_agg: token_mean}}\n")
-    sweep = sw.load_sweep(grid_sweep)
-    assert [swr.is_done(sweep, r) for r in sw.expand(sweep)] == [True, False]  # beta, alpha
+    sweep = load_sweep(grid_sweep)
+    assert [swr.is_done(sweep, r) for r in expand(sweep)] == [True, False]  # beta, alpha
     third = FakeLightning()
     with caplog.at_level("WARNING"):
         assert sw.main([str(grid_sweep)], runner=third) == 0
@@ -173,12 +174,12 @@ def test_a_run_whose_config_changed_a_value_is_run_again_and_a_comment_changes_n
     assert ran == [("fit", "alpha__seed=0"), ("test", "alpha__seed=0")]
     assert "alpha__seed=0 finished with other contents of method/alpha.yaml: it runs again" in caplog.text
     # a spec recorded before digests existed counts by its files' names and overrides, as it did
-    spec_path = sweep.out / "beta__seed=0" / sw.SPEC
+    spec_path = sweep.out / "beta__seed=0" / SPEC
     spec = json.loads(spec_path.read_text())
     write(spec_path, json.dumps({k: v for k, v in spec.items() if k != "config_digests"}))
     write(grid_sweep.parent / "base.yaml", "model:\n  group_size: 8\n")
     # beta's spec cannot tell, so it stays finished; alpha's records the old base.yaml: stale
-    assert [swr.is_done(sweep, r) for r in sw.expand(sweep)] == [True, False]
+    assert [swr.is_done(sweep, r) for r in expand(sweep)] == [True, False]
 
 
 def test_warm_start_runs_once_per_setting_before_the_runs(tmp_path, monkeypatch):
@@ -189,7 +190,7 @@ def test_warm_start_runs_once_per_setting_before_the_runs(tmp_path, monkeypatch)
         "grid:\n  config: [configs/method/grpo.yaml, configs/method/dr_grpo.yaml]\n"
         "  model.task.init_args.digits: [2, 3]\n",
     )
-    runs = sw.expand(sw.load_sweep(path))
+    runs = expand(load_sweep(path))
     groups = swc.warm_start_groups(runs)
     assert len(groups) == 2  # the task differs; the method does not change the warm start
     fake = FakeLightning()

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from lightning_rlvr.experiments.sweep import report as rep
-from lightning_rlvr.experiments.sweep import run as sw
+from lightning_rlvr.experiments.sweep.checks import SweepError
+from lightning_rlvr.experiments.sweep.spec import ReportSettings, load_sweep
 from tests.sweep_rows import read_rows
 
 
@@ -32,7 +33,7 @@ def test_a_seed_pairs_only_when_both_runs_started_from_the_same_warm_start(tmp_p
         ]
     )
     axes, rows = read_rows(text, tmp_path)
-    settings = sw.ReportSettings(baseline={"method": "grpo"})
+    settings = ReportSettings(baseline={"method": "grpo"})
     found = {e["cell"]["method"]: e for e in rep.compare_to_baseline(axes, rows, settings)}
     mixed = found["mixed"]
     assert mixed["unpaired"] == [("2", "0.109", "0.152")]
@@ -77,7 +78,7 @@ def test_included_results_give_a_main_sweeps_methods_the_rerun_baseline_from_the
     assert "not found" in said[1]
     found = {
         e["cell"]["method"]: e
-        for e in rep.compare_to_baseline(axes, rows + joined, sw.ReportSettings(baseline={"method": "grpo"}))
+        for e in rep.compare_to_baseline(axes, rows + joined, ReportSettings(baseline={"method": "grpo"}))
     }
     assert found["mc"]["comparison"].n == 3 and found["mc"]["comparison"].diff == pytest.approx(0.11)
     assert "shear" not in found
@@ -86,7 +87,7 @@ def test_included_results_give_a_main_sweeps_methods_the_rerun_baseline_from_the
 def test_report_include_must_be_a_list_of_paths(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("grid:\n  seed_everything: [0]\n  model.lr: [1]\nreport:\n  include: {a: 1}\n")
-    with pytest.raises(sw.SweepError, match="report.include must be a list of results.csv paths"):
-        sw.load_sweep(path)
+    with pytest.raises(SweepError, match="report.include must be a list of results.csv paths"):
+        load_sweep(path)
     path.write_text("grid:\n  seed_everything: [0]\n  model.lr: [1]\nreport:\n  include: r.csv\n")
-    assert sw.load_sweep(path).report.include == [Path("r.csv")]
+    assert load_sweep(path).report.include == [Path("r.csv")]

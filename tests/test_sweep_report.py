@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from lightning_rlvr.experiments.credit_lab.evaluate import write_csv
 from lightning_rlvr.experiments.credit_lab.metrics import Summary
-from lightning_rlvr.experiments.stats import min_detectable_difference
+from lightning_rlvr.experiments.credit_lab.report import write_csv
+from lightning_rlvr.experiments.stats import min_detectable_difference, t_interval, t_quantile
 from lightning_rlvr.experiments.sweep import report as rep
 from lightning_rlvr.experiments.sweep import rows as run_rows
-from lightning_rlvr.experiments.sweep import run as sw
+from lightning_rlvr.experiments.sweep.spec import DONE, TEST_METRICS, ReportSettings, Run, expand, load_sweep
 from tests.sweep_rows import read_rows
 
 # Student's t, two-sided 95% (the 0.975 quantile), from any printed t-table
@@ -23,15 +23,15 @@ T_TABLE = {1: 12.706, 2: 4.303, 4: 2.776}
 
 @pytest.mark.parametrize("df", sorted(T_TABLE))
 def test_t_quantile_matches_a_printed_t_table(df):
-    assert rep.t_quantile(df) == pytest.approx(T_TABLE[df], abs=5e-4)
+    assert t_quantile(df) == pytest.approx(T_TABLE[df], abs=5e-4)
 
 
 def test_t_interval_by_hand():
     # 0.5, 0.6, 0.7: mean 0.6, sd 0.1, half-width 4.303 * 0.1 / sqrt(3) = 0.2484
-    mean, lo, hi = rep.t_interval([0.5, 0.6, 0.7])
+    mean, lo, hi = t_interval([0.5, 0.6, 0.7])
     assert mean == pytest.approx(0.6)
     assert (lo, hi) == (pytest.approx(0.6 - 0.24844, abs=1e-4), pytest.approx(0.6 + 0.24844, abs=1e-4))
-    mean, lo, hi = rep.t_interval([0.3])
+    mean, lo, hi = t_interval([0.3])
     assert mean == 0.3 and math.isnan(lo) and math.isnan(hi)  # one seed: no interval
 
 
@@ -70,15 +70,15 @@ def test_markdown_table_from_a_hand_made_results_file(tmp_path):
     assert shear_small_lr == "| shear | 5e-5 | 1 | 0.900 | 0.950 | 0.600 | 300 |"  # one seed: the value alone
 
 
-def fake_finished_run(out: Path, run: sw.Run, rewards: list[float], val: list[float], test: float) -> None:
+def fake_finished_run(out: Path, run: Run, rewards: list[float], val: list[float], test: float) -> None:
     d = out / run.run_id
     (d / "logs" / "fit").mkdir(parents=True)
     lines = ["step,train/reward_mean,val/pass@1"]
     lines += [f"{s},{r}," for s, r in enumerate(rewards)]
     lines += [f"{s},,{v}" for s, v in zip(range(0, len(rewards) + 1, 2), val)]
     (d / "logs" / "fit" / "metrics.csv").write_text("\n".join(lines) + "\n")
-    (d / sw.TEST_METRICS).write_text(json.dumps({"test/pass@1": test, "test/pass@2": min(1.0, 2 * test)}))
-    (d / sw.DONE).write_text(json.dumps({"fit_s": 12.0, "test_s": 3.0}))
+    (d / TEST_METRICS).write_text(json.dumps({"test/pass@1": test, "test/pass@2": min(1.0, 2 * test)}))
+    (d / DONE).write_text(json.dumps({"fit_s": 12.0, "test_s": 3.0}))
 
 
 def test_report_writes_csv_table_curves_and_a_png(tmp_path, monkeypatch):
@@ -90,8 +90,8 @@ def test_report_writes_csv_table_curves_and_a_png(tmp_path, monkeypatch):
         "out: out\nreport_dir: report\ngrid:\n  'config:method': [grpo.yaml, shear.yaml]\n"
         "  seed_everything: [0, 1, 2]\n"
     )
-    sweep = sw.load_sweep(path)
-    runs = sw.expand(sweep)
+    sweep = load_sweep(path)
+    runs = expand(sweep)
     for i, run in enumerate(runs[:5]):  # the last run (shear, seed 2) has not finished
         k = i % 3
         fake_finished_run(
@@ -152,7 +152,7 @@ g,150,3,0.5,128
 
 def test_per_seed_table_judges_each_seed_against_the_baselines_wilson_interval(tmp_path):
     axes, rows = read_rows(PER_SEED, tmp_path)
-    settings = sw.ReportSettings(baseline={"max_steps": "1"})
+    settings = ReportSettings(baseline={"max_steps": "1"})
     text = rep.per_seed_table(axes, rows, settings)
     lines = [line for line in text.splitlines() if line.startswith("| 150 |")]
     # the baseline's 3 of 128 has the 95% Wilson interval [0.008, 0.067]: 0.125 is above it, 0.0625 is not;
@@ -169,7 +169,7 @@ def test_per_seed_table_judges_each_seed_against_the_baselines_wilson_interval(t
 
 def test_comparison_with_grpo_is_paired_by_seed_with_hand_computed_interval_and_p(tmp_path):
     axes, rows = read_rows(PAIRED, tmp_path)
-    settings = sw.ReportSettings(baseline={"method": "grpo"})
+    settings = ReportSettings(baseline={"method": "grpo"})
     found = {e["cell"]["method"]: e["comparison"] for e in rep.compare_to_baseline(axes, rows, settings)}
     assert set(found) == {"better", "same", "lonely"}  # grpo is not compared with itself
     # better - grpo on seeds 0, 1, 2: 0.08, 0.06, 0.10 -> mean 0.08, sd 0.02, se 0.02 / sqrt 3
@@ -186,7 +186,7 @@ def test_comparison_with_grpo_is_paired_by_seed_with_hand_computed_interval_and_
 
 def test_comparison_table_verdicts_read_better_worse_or_no_difference_larger_than_the_mdd(tmp_path):
     axes, rows = read_rows(PAIRED, tmp_path)
-    table = rep.comparison_table(axes, rows, sw.ReportSettings(baseline={"method": "grpo"}))
+    table = rep.comparison_table(axes, rows, ReportSettings(baseline={"method": "grpo"}))
     lines = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
     half = 4.302653 * 0.02 / math.sqrt(3) * 100  # points
     mdd = min_detectable_difference(0.02, 3) * 100
@@ -198,7 +198,7 @@ def test_comparison_table_verdicts_read_better_worse_or_no_difference_larger_tha
     assert lines["same"].endswith(f"| {mdd_same:.1f} | no difference > {mdd_same:.1f} points |")
     assert lines["lonely"] == "| lonely | test/pass@1 | 1 | +40.0 | - | - | undecided (1 paired seed) |"
     # swapping the roles turns 'better' into 'worse' with the same MDD
-    swapped = rep.comparison_table(axes, rows, sw.ReportSettings(baseline={"method": "better"}))
+    swapped = rep.comparison_table(axes, rows, ReportSettings(baseline={"method": "better"}))
     assert [line for line in swapped.splitlines() if line.startswith("| grpo ")][0].endswith(
         f"| {mdd:.1f} | worse |"
     )
@@ -206,7 +206,7 @@ def test_comparison_table_verdicts_read_better_worse_or_no_difference_larger_tha
     shifted = PAIRED.replace("b,better,0,0.58", "b,better,0,0.56").replace(
         "i,better,2,0.80", "i,better,2,0.76"
     )
-    settings = sw.ReportSettings(baseline={"method": "grpo"})
+    settings = ReportSettings(baseline={"method": "grpo"})
     table = rep.comparison_table(*read_rows(shifted, tmp_path), settings)
     line = [x for x in table.splitlines() if x.startswith("| better ")][0]
     no_spread = "undecided (every seed differs by exactly this: no spread to test)"
@@ -221,7 +221,7 @@ def test_the_baseline_is_matched_on_every_other_axis(tmp_path):
         for s in (0, 1)
     )
     axes, rows = read_rows(text, tmp_path)
-    found = rep.compare_to_baseline(axes, rows, sw.ReportSettings(baseline={"method": "grpo"}))
+    found = rep.compare_to_baseline(axes, rows, ReportSettings(baseline={"method": "grpo"}))
     assert [(e["cell"]["method"], e["cell"]["task"]) for e in found] == [("x", "a"), ("x", "b")]
     assert all(e["comparison"].diff == pytest.approx(0.1) for e in found)  # not 0.5 across tasks
 
@@ -298,9 +298,9 @@ def test_report_has_the_comparison_time_to_target_and_credit_columns(tmp_path, m
         "out: out\nreport_dir: report\ngrid:\n  'config:method': [grpo.yaml, shear.yaml]\n"
         "  seed_everything: [0, 1, 2]\nreport: {target_accuracy: 0.55}\n"
     )
-    sweep = sw.load_sweep(path)
+    sweep = load_sweep(path)
     assert sweep.report.baseline == {"method": "grpo"}  # the first value of the first axis
-    runs = sw.expand(sweep)
+    runs = expand(sweep)
     for i, run in enumerate(runs):
         fake_finished_run(sweep.out, run, rewards=[0.1, 0.2, 0.3], val=[0.25, 0.5 + 0.05 * i], test=0.1 * i)
     write_credit_eval(sweep.out / runs[4].run_id / "credit_eval.csv", [("shear", 0.3, 0.2, 0.6)])

@@ -45,6 +45,7 @@ from pathlib import Path
 import yaml
 
 from .archive import archive_run, not_in_sweep, restore_runs
+from .checks import SweepError
 from .commands import (
     check_overrides,
     fit_command,
@@ -67,22 +68,7 @@ from .runner import (
     run_warmups,
     subprocess_runner,
 )
-from .spec import (  # noqa: F401 - re-exported: the sweep API in one place
-    CONFIG_AXIS,
-    DONE,
-    FIT_DONE,
-    SPEC,
-    TEST_METRICS,
-    ReportSettings,
-    Run,
-    Sweep,
-    SweepError,
-    axis_label,
-    expand,
-    load_sweep,
-    lock_path,
-    run_dir,
-)
+from .spec import DONE, Sweep, expand, load_sweep, run_dir
 
 log = logging.getLogger("lightning_rlvr.experiments.sweep.run")
 
