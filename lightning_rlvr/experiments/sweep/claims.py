@@ -37,18 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..verdicts import (  # noqa: F401 - the units and words live in verdicts; re-exported for the report
-    MOST_SEEDS,
-    basis,
-    decide,
-    display,
-    hours,
-    is_duration,
-    is_fraction,
-    is_seconds,
-    is_steps,
-    no_spread,
-)
+from ..verdicts import MOST_SEEDS, basis, decide, display, hours, no_spread
 
 CLAIM_KEYS = {"cell", "metric", "effect", "relative", "direction", "source"}
 

@@ -40,10 +40,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...core.files import write_text
-from ..stats import paired_comparison, t_interval, t_quantile, time_to_reach, wilson_interval  # noqa: F401
-from ..verdicts import decide
+from ..stats import paired_comparison, t_interval, wilson_interval
+from ..verdicts import decide, display
 from .choice import choice_text
-from .claims import capped_note, claims_section, comparison_cells, display
+from .claims import capped_note, claims_section, comparison_cells
 from .curves import SMOOTH, plot_curves, write_curves_csv
 from .plan import Evidence, pooled_section, rates_section, read_rates
 from .prompts import prompt_section
