@@ -211,6 +211,11 @@ def test_credit_eval_runs_every_method_on_the_same_rollouts_and_writes_the_table
         grpo["tokens_per_group"]
     )  # MC samples continuations; GRPO runs nothing
     assert out["settings"]["group size G"] == 3
+    own = list(csv.DictReader((lab / "credit_method_metrics.csv").open()))  # each method's Credit.metrics
+    rred = {r["metric"]: float(r["mean_over_batches"]) for r in own if r["method"] == "rredcot"}
+    assert 1.0 <= rred["segments_mean"] <= rred["segments_max"] and 0.0 <= rred["multi_segment_frac"] <= 1.0
+    assert not [r for r in own if r["method"] == "grpo" and r["metric"] == "segments_mean"]
+    assert "* rredcot: " in table and "multi_segment_frac" in table
 
 
 def test_the_fast_engine_samples_the_labs_rollouts_and_oracle_as_the_checkpoints_engine_does(
@@ -317,7 +322,12 @@ def test_degenerate_groups_are_recorded_as_undefined_not_nan():
     )
     T = rollout.completion_ids.shape[1]
     zero = SimpleNamespace(
-        name="grpo", cls="GRPOCredit", advantages=torch.zeros(3, T), forward_tokens=0, seconds=0.0
+        name="grpo",
+        cls="GRPOCredit",
+        advantages=torch.zeros(3, T),
+        forward_tokens=0,
+        seconds=0.0,
+        metrics={"frac_defined": 0.5, "undefined_here": float("nan")},  # a method's own metrics
     )
     oracle = torch.tensor([[0.0, -0.5, 0.0, 0.0], [0.2, 0.2, 0.0, 0.0], [0.0] * 4])
     records: dict = {}
@@ -329,6 +339,7 @@ def test_degenerate_groups_are_recorded_as_undefined_not_nan():
     rows = ce.summaries(records, n_groups=1, n_boot=10, seed=0)
     table = markdown(rows, [], {"x": 1}, {"ceiling": "undefined"}, d=1)
     assert "nan" not in table.lower() and "| grpo | 0.00 | undefined | 0% |" in table
+    assert "* grpo: frac_defined 0.5, undefined_here undefined" in table  # a NaN metric is not averaged
 
 
 def test_every_console_script_exits_0_after_a_good_run(tiny_ckpt, tmp_path):

@@ -142,6 +142,17 @@ def test_decisive_segment_gets_the_largest_weight_and_weights_average_one():
     for key in ("segments_mean", "weight_mean", "value_first", "value_last"):
         assert math.isfinite(credit.metrics[key])
     assert credit.metrics["segments_mean"] == 4.0
+    assert credit.metrics["multi_segment_frac"] == 1.0 and credit.metrics["segments_max"] == 4.0
+
+
+def test_segment_counts_report_rows_with_one_segment_and_rows_with_several():
+    # row 0 has three boundaries (four segments), row 1 none: one segment, weighted like GRPO
+    rollout = make_rollout(["1;2;*;3", "1*-2"], [1.0, 0.0], group_size=2)
+    scorer, _ = counting_scorer(rollout)
+    metrics = assigner(num_segments=4).assign(rollout, scorer).metrics
+    assert metrics["segments_mean"] == 2.5
+    assert metrics["multi_segment_frac"] == 0.5
+    assert metrics["segments_max"] == 4.0
 
 
 def test_weight_formula_by_hand_and_zero_rewards_give_uniform_weights():

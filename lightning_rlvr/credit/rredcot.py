@@ -364,8 +364,11 @@ class RREDCoTCredit(TextSettings, CreditAssigner):
         red = self.redistribute(rollout, scorer)
         active = red.active
         mask = rollout.completion_mask.bool()
+        n_seg = red.num_segments.float()  # [N] kept segments a row (at most num_segments)
         metrics: dict[str, float] = {
-            "segments_mean": float(red.num_segments.float().mean()),
+            "segments_mean": float(n_seg.mean()),
+            "multi_segment_frac": float((n_seg > 1).float().mean()),  # rows RREDCoT can weight unevenly
+            "segments_max": float(n_seg.max()) if n_seg.numel() else 0.0,
             "active_frac": float(active.float().mean()),
             "extra_forward_tokens": float(scorer.forward_tokens - tokens_before),
         }

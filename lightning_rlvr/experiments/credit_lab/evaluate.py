@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import shlex
 import sys
 import time
@@ -58,7 +59,7 @@ from .metrics import (
     spearman_or_zero,
     summarise,
 )
-from .report import markdown, plot, write_claims, write_csv
+from .report import markdown, plot, write_claims, write_csv, write_method_metrics
 from .totals import Records, run_key
 from .totals import clear as clear_totals
 from .totals import load as load_totals
@@ -84,6 +85,8 @@ def record_batch(
         rec = records.setdefault(v.name, Records(cls=v.cls))
         rec.tokens += v.forward_tokens
         rec.seconds += v.seconds
+        for name, value in v.metrics.items():
+            rec.metrics.setdefault(name, []).append(float(value))
         for i, L in enumerate(lengths):
             if L < 1:
                 continue
@@ -103,6 +106,12 @@ def record_batch(
 
 
 # ---------------------------------------------------------------------------- outputs
+def finite_mean(values: list[float]) -> float | None:
+    """The mean of the finite values (a method's metric is NaN on a batch where it is undefined), or None."""
+    kept = [x for x in values if math.isfinite(x)]
+    return sum(kept) / len(kept) if kept else None
+
+
 def summaries(records: dict[str, Records], n_groups: int, n_boot: int, seed: int, top=None) -> list[dict]:
     """One row a method: each metric's ``Summary``; ``share`` is Spearman over the ceiling ``top``."""
     rows = []
@@ -121,6 +130,7 @@ def summaries(records: dict[str, Records], n_groups: int, n_boot: int, seed: int
                 "coverage": summarise(r.coverage, r.groups, n_boot, seed),
                 "tokens_per_group": r.tokens / max(n_groups, 1),
                 "seconds_per_group": r.seconds / max(n_groups, 1),
+                "metrics": {k: finite_mean(v) for k, v in r.metrics.items()},  # over batches; None: undefined
             }
         )
     return rows
@@ -314,6 +324,7 @@ def run(args: argparse.Namespace) -> dict:
     )
     write_csv(out / "credit_eval.csv", rows)
     write_claims(out / "credit_claims.csv", claim_rows)
+    write_method_metrics(out / "credit_method_metrics.csv", rows)
     table = markdown(rows, claim_rows, settings, reference, args.window)
     write_text(out / "credit_eval.md", table)
     title = (

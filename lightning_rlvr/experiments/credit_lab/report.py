@@ -1,4 +1,4 @@
-"""The credit lab's outputs: credit_eval.csv, credit_eval.md (also printed), credit_eval.png.
+"""The credit lab's outputs: credit_eval.{csv,md,png} (the .md also printed) and the methods' own metrics.
 
 Application layer (beside ``credit_eval``, which computes the rows; this file only formats them).
 Every file goes through ``core.files``' atomic writes.
@@ -66,6 +66,32 @@ def write_claims(path: Path, claims: list[dict]) -> None:
     write_text(path, buf.getvalue())
 
 
+def write_method_metrics(path: Path, rows: list[dict]) -> None:
+    """Each method's own ``Credit.metrics`` (RREDCoT's segments a completion, ...), mean over batches."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["method", "metric", "mean_over_batches"])
+    for row in rows:
+        for name, value in sorted((row.get("metrics") or {}).items()):
+            writer.writerow([row["method"], name, _fmt(value)])
+    write_text(path, buf.getvalue())
+
+
+def method_metrics_lines(rows: list[dict]) -> list[str]:
+    """The methods' own metrics as one line a method (none: no lines)."""
+    lines = []
+    for row in rows:
+        metrics = row.get("metrics") or {}
+        if metrics:
+            cells = ", ".join(
+                f"{k} {'undefined' if v is None else f'{v:.3g}'}" for k, v in sorted(metrics.items())
+            )
+            lines.append(f"* {row['method']}: {cells}")
+    if not lines:
+        return []
+    return ["Each method's own metrics (its `Credit.metrics`, mean over batches):\n", *lines, ""]
+
+
 def _cell(s: Summary, digits: int = 2) -> str:
     return s.cell(digits) if s.mean is not None else ("undefined" if s.n_total else "no rollouts")
 
@@ -109,6 +135,7 @@ def markdown(rows: list[dict], claims: list[dict], settings: dict, reference: di
             f"| {c['claim']}: {c['statement']} | {c['groups']} | {c['groups_holding']} | {fg} | {fr} |"
         )
     out.append("")
+    out.extend(method_metrics_lines(rows))
     out.append("Settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()))
     return "\n".join(out) + "\n"
 

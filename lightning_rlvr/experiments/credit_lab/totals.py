@@ -43,6 +43,9 @@ class Records:
     loc_groups: list = field(default_factory=list)  # for localisation (failed rollouts with a known error)
     tokens: float = 0.0
     seconds: float = 0.0
+    metrics: dict = field(
+        default_factory=dict
+    )  # the method's own ``Credit.metrics``: name -> one value a batch
 
 
 @dataclass
