@@ -1,7 +1,7 @@
-"""Drawing and writing a sweep's learning curves: ``curves.png`` and ``curves.csv``.
+"""A sweep's learning curves: the seed mean per cell, drawn to ``curves.png`` and written to ``curves.csv``.
 
-The curves come from ``lightning_rlvr.experiments.sweep.report.cell_curves`` as
-{cell label: {metric: [(step, mean, low, high, seeds)]}}; this module only lays them out: train reward
+``cell_curves`` reads each finished run's logged metrics and gives the seed mean per cell as
+{cell label: {metric: [(step, mean, low, high, seeds)]}}; the rest lays them out: train reward
 (a trailing moving average of ``SMOOTH`` steps) and val pass@1 side by side, a 95% band over seeds (a
 rate's band clipped to [0, 1]), one legend beside the panels, and a colour and line style per cell
 that stay distinct past the palette: ten distinct hues (tab10), then the next line style, never the
@@ -14,8 +14,42 @@ import csv
 from pathlib import Path
 
 from ...core.files import atomic_file
+from ..stats import t_interval
+from .rows import cell_label, display_names, read_fit_metrics
 
 SMOOTH = 5  # trailing moving average of the train-reward curve
+
+
+def _smooth(values: list[float], window: int) -> list[float]:
+    out = []
+    for i in range(len(values)):
+        chunk = values[max(0, i - window + 1) : i + 1]
+        out.append(sum(chunk) / len(chunk))
+    return out
+
+
+def cell_curves(
+    axes: list[str], rows: list[dict], runs_dir: Path, smooth: int = SMOOTH
+) -> dict[str, dict[str, list[tuple[int, float, float, float, int]]]]:
+    """{cell label: {metric: [(step, mean, lo, hi, seeds)]}} for train reward and val pass@1."""
+    per_cell: dict[str, dict[str, dict[int, list[float]]]] = {}
+    names = display_names(axes, rows)
+    for row in rows:
+        label = cell_label(axes, row, names)
+        series = read_fit_metrics(runs_dir / row["run_id"])
+        reward = series.get("train/reward_mean", [])
+        smoothed = list(zip([s for s, _ in reward], _smooth([v for _, v in reward], smooth)))
+        for metric, points in (("train/reward_mean", smoothed), ("val/pass@1", series.get("val/pass@1", []))):
+            bucket = per_cell.setdefault(label, {}).setdefault(metric, {})
+            for step, value in points:
+                bucket.setdefault(step, []).append(value)
+    return {
+        label: {
+            metric: [(s, *t_interval(v), len(v)) for s, v in sorted(steps.items())]
+            for metric, steps in metrics.items()
+        }
+        for label, metrics in per_cell.items()
+    }
 
 
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))

@@ -44,7 +44,7 @@ from ..stats import paired_comparison, t_interval, wilson_interval
 from ..verdicts import decide, display
 from .choice import choice_text
 from .claims import capped_note, claims_section, comparison_cells
-from .curves import SMOOTH, plot_curves, write_curves_csv
+from .curves import cell_curves, plot_curves, write_curves_csv
 from .plan import Evidence, pooled_section, rates_section, read_rates
 from .prompts import prompt_section
 from .rows import (
@@ -56,7 +56,6 @@ from .rows import (
     cell_label,
     compute_line,
     display_names,
-    read_fit_metrics,
     read_results_csv,
     run_row,
     to_target,
@@ -266,39 +265,6 @@ def per_seed_table(axes: list[str], rows: list[dict], settings: ReportSettings) 
         "interval's upper end, beyond the sampling noise of one evaluation of the baseline.\n"
     )
     return "\n".join([note, *lines, "", *totals]) + "\n"
-
-
-# ---------------------------------------------------------------------------- curves
-def _smooth(values: list[float], window: int) -> list[float]:
-    out = []
-    for i in range(len(values)):
-        chunk = values[max(0, i - window + 1) : i + 1]
-        out.append(sum(chunk) / len(chunk))
-    return out
-
-
-def cell_curves(
-    axes: list[str], rows: list[dict], runs_dir: Path, smooth: int = SMOOTH
-) -> dict[str, dict[str, list[tuple[int, float, float, float, int]]]]:
-    """{cell label: {metric: [(step, mean, lo, hi, seeds)]}} for train reward and val pass@1."""
-    per_cell: dict[str, dict[str, dict[int, list[float]]]] = {}
-    names = display_names(axes, rows)
-    for row in rows:
-        label = cell_label(axes, row, names)
-        series = read_fit_metrics(runs_dir / row["run_id"])
-        reward = series.get("train/reward_mean", [])
-        smoothed = list(zip([s for s, _ in reward], _smooth([v for _, v in reward], smooth)))
-        for metric, points in (("train/reward_mean", smoothed), ("val/pass@1", series.get("val/pass@1", []))):
-            bucket = per_cell.setdefault(label, {}).setdefault(metric, {})
-            for step, value in points:
-                bucket.setdefault(step, []).append(value)
-    return {
-        label: {
-            metric: [(s, *t_interval(v), len(v)) for s, v in sorted(steps.items())]
-            for metric, steps in metrics.items()
-        }
-        for label, metrics in per_cell.items()
-    }
 
 
 _COMPARISON_NOTE = (
