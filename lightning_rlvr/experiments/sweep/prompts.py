@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...core.per_prompt import FOLDER, file_name, read_results
 from ..prompt_level import Decomposition, PromptScore, decompose, pair_prompts, prompt_scores
-from .rows import START, cell_label, display_names
+from .rows import START, baseline_key, cell_label, display_names, rows_by_cell_and_seed
 from .spec import ReportSettings
 
 TEST = "test"  # the evaluation the section reads: the final checkpoint's test
@@ -31,9 +31,7 @@ def test_scores(run_directory: Path) -> dict[str, PromptScore] | None:
 
 def _pairs(axes: list[str], rows: list[dict], runs_dir: Path, settings: ReportSettings) -> list[tuple]:
     """(cell row, [(seed, cell's scores, baseline's scores)]) per non-baseline cell with per-prompt files."""
-    by_cell: dict[tuple, dict[str, dict]] = {}
-    for row in rows:
-        by_cell.setdefault(tuple(str(row[a]) for a in axes), {})[str(row.get("seed", ""))] = row
+    by_cell = rows_by_cell_and_seed(axes, rows)
     scores: dict[str, dict[str, PromptScore] | None] = {}
 
     def of(row: dict) -> dict[str, PromptScore] | None:
@@ -43,8 +41,7 @@ def _pairs(axes: list[str], rows: list[dict], runs_dir: Path, settings: ReportSe
 
     out = []
     for key, seeds in by_cell.items():
-        cell = dict(zip(axes, key))
-        base = by_cell.get(tuple(settings.baseline.get(a, cell[a]) for a in axes))
+        base = by_cell.get(baseline_key(axes, key, settings.baseline))
         if base is None or base is seeds:
             continue
         paired = []

@@ -214,6 +214,34 @@ def read_results_csv(path: Path) -> tuple[list[str], list[dict]]:
     return columns[start : columns.index("seed")], rows
 
 
+# ---------------------------------------------------------------------------- cells
+def cell_key(axes: list[str], row: dict) -> tuple[str, ...]:
+    """A row's cell as its axis values in ``axes`` order: what rows of one cell share."""
+    return tuple(str(row[a]) for a in axes)
+
+
+def rows_by_cell(axes: list[str], rows: list[dict]) -> dict[tuple[str, ...], list[dict]]:
+    """{cell key: its rows}, cells in first-seen order."""
+    out: dict[tuple[str, ...], list[dict]] = {}
+    for row in rows:
+        out.setdefault(cell_key(axes, row), []).append(row)
+    return out
+
+
+def rows_by_cell_and_seed(axes: list[str], rows: list[dict]) -> dict[tuple[str, ...], dict[str, dict]]:
+    """{cell key: {seed: row}}, cells in first-seen order."""
+    out: dict[tuple[str, ...], dict[str, dict]] = {}
+    for row in rows:
+        out.setdefault(cell_key(axes, row), {})[str(row.get("seed", ""))] = row
+    return out
+
+
+def baseline_key(axes: list[str], key: tuple[str, ...], baseline: dict[str, str]) -> tuple[str, ...]:
+    """The cell ``key`` is compared with: the baseline's values on its axes, ``key``'s own elsewhere
+    (with a method axis and a task axis, the baseline method on the same task)."""
+    return tuple(baseline.get(a, value) for a, value in zip(axes, key))
+
+
 # ---------------------------------------------------------------------------- the table
 
 
