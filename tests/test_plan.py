@@ -13,8 +13,8 @@ from lightning_rlvr.experiments.pooled import fit_pool
 from lightning_rlvr.experiments.stats import paired_comparison, seeds_needed
 from lightning_rlvr.experiments.sweep import run as sw
 from lightning_rlvr.experiments.sweep.claims import claims_section
+from lightning_rlvr.experiments.sweep.comparison import compare_to_baseline
 from lightning_rlvr.experiments.sweep.plan import Evidence
-from lightning_rlvr.experiments.sweep.report import compare_to_baseline
 from lightning_rlvr.experiments.sweep.rows import read_results_csv
 from lightning_rlvr.experiments.sweep.spec import load_sweep
 from lightning_rlvr.experiments.verdicts import BETTER, NOT_TESTABLE, decide

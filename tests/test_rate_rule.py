@@ -10,8 +10,8 @@ import pytest
 
 from lightning_rlvr.experiments.sweep import choice
 from lightning_rlvr.experiments.sweep.checks import SweepError
+from lightning_rlvr.experiments.sweep.comparison import compare_to_baseline
 from lightning_rlvr.experiments.sweep.plan import Evidence, lr_of_spec, rates_section, read_rates
-from lightning_rlvr.experiments.sweep.report import compare_to_baseline
 from lightning_rlvr.experiments.sweep.spec import ReportSettings, load_sweep
 from tests.sweep_rows import read_rows
 

@@ -7,6 +7,7 @@ import pytest
 from lightning_rlvr.experiments.sweep import curves as sc
 from lightning_rlvr.experiments.sweep import report as rep
 from lightning_rlvr.experiments.sweep import rows as run_rows
+from lightning_rlvr.experiments.sweep.comparison import comparison_table
 from lightning_rlvr.experiments.sweep.spec import ReportSettings
 
 
@@ -33,7 +34,7 @@ def test_a_config_list_with_one_stem_is_named_once_in_tables_and_curves():
     settings = ReportSettings(
         {"method": "grpo"}, ["test/pass@1"], None, 0.95, 0.8, None, "val/pass@1_final", []
     )
-    comparison = rep.comparison_table(["method"], rows, settings)
+    comparison = comparison_table(["method"], rows, settings)
     assert "| hp_rlvr | test/pass@1 |" in comparison and "hp_rlvr+hp_rlvr" not in comparison
     names = run_rows.display_names(["method", "lr"], [{"method": "hp_rlvr+hp_rlvr", "lr": "1e-4"}])
     assert run_rows.cell_label(["method", "lr"], {"method": "hp_rlvr+hp_rlvr", "lr": "1e-4"}, names) == (

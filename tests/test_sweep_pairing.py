@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_rlvr.experiments.sweep import report as rep
 from lightning_rlvr.experiments.sweep.checks import SweepError
+from lightning_rlvr.experiments.sweep.comparison import compare_to_baseline, comparison_table, included_rows
 from lightning_rlvr.experiments.sweep.spec import ReportSettings, load_sweep
 from tests.sweep_rows import read_rows
 
@@ -34,14 +34,14 @@ def test_a_seed_pairs_only_when_both_runs_started_from_the_same_warm_start(tmp_p
     )
     axes, rows = read_rows(text, tmp_path)
     settings = ReportSettings(baseline={"method": "grpo"})
-    found = {e["cell"]["method"]: e for e in rep.compare_to_baseline(axes, rows, settings)}
+    found = {e["cell"]["method"]: e for e in compare_to_baseline(axes, rows, settings)}
     mixed = found["mixed"]
     assert mixed["unpaired"] == [("2", "0.109", "0.152")]
     # seeds 0, 1, 3: 0.08, 0.06, 0.10 (seed 2's -0.60 would swamp them)
     assert mixed["comparison"].n == 3 and mixed["comparison"].diff == pytest.approx(0.08)
     assert found["moved"]["comparison"].n == 0 and len(found["moved"]["unpaired"]) == 3
     lines = {
-        x.split(" | ")[0].strip("| "): x for x in rep.comparison_table(axes, rows, settings).splitlines()[2:]
+        x.split(" | ")[0].strip("| "): x for x in comparison_table(axes, rows, settings).splitlines()[2:]
     }
     note = "not paired: another warm start (val pass@1 before RL 0.109 vs 0.152)"
     assert lines["mixed"].endswith(f"| better; 1 seed {note} |")
@@ -67,7 +67,7 @@ def test_included_results_give_a_main_sweeps_methods_the_rerun_baseline_from_the
         + "".join(f"c,grpo,{s},0.109,{0.2 + 0.01 * s}\n" for s in range(3)),
         tmp_path,
     )
-    joined, said = rep.included_rows(axes, rows, [main, tmp_path / "gone.csv"])
+    joined, said = included_rows(axes, rows, [main, tmp_path / "gone.csv"])
     assert sorted({r["method"] for r in joined}) == [
         "mc"
     ]  # the main sweep's GRPO is not ours; SHEAR's start differs
@@ -78,7 +78,7 @@ def test_included_results_give_a_main_sweeps_methods_the_rerun_baseline_from_the
     assert "not found" in said[1]
     found = {
         e["cell"]["method"]: e
-        for e in rep.compare_to_baseline(axes, rows + joined, ReportSettings(baseline={"method": "grpo"}))
+        for e in compare_to_baseline(axes, rows + joined, ReportSettings(baseline={"method": "grpo"}))
     }
     assert found["mc"]["comparison"].n == 3 and found["mc"]["comparison"].diff == pytest.approx(0.11)
     assert "shear" not in found

@@ -14,6 +14,7 @@ from lightning_rlvr.experiments.credit_lab.report import write_csv
 from lightning_rlvr.experiments.stats import min_detectable_difference, t_interval, t_quantile
 from lightning_rlvr.experiments.sweep import report as rep
 from lightning_rlvr.experiments.sweep import rows as run_rows
+from lightning_rlvr.experiments.sweep.comparison import compare_to_baseline, comparison_table, per_seed_table
 from lightning_rlvr.experiments.sweep.spec import DONE, TEST_METRICS, ReportSettings, Run, expand, load_sweep
 from tests.sweep_rows import read_rows
 
@@ -153,7 +154,7 @@ g,150,3,0.5,128
 def test_per_seed_table_judges_each_seed_against_the_baselines_wilson_interval(tmp_path):
     axes, rows = read_rows(PER_SEED, tmp_path)
     settings = ReportSettings(baseline={"max_steps": "1"})
-    text = rep.per_seed_table(axes, rows, settings)
+    text = per_seed_table(axes, rows, settings)
     lines = [line for line in text.splitlines() if line.startswith("| 150 |")]
     # the baseline's 3 of 128 has the 95% Wilson interval [0.008, 0.067]: 0.125 is above it, 0.0625 is not;
     # seed 2's baseline has no sample count and seed 3 has no baseline run: neither is judged
@@ -164,13 +165,13 @@ def test_per_seed_table_judges_each_seed_against_the_baselines_wilson_interval(t
     assert "- 150: 1 of 2 seeds above the baseline's interval." in text
     # runs tested before the sample count was logged: no table rather than a guessed one
     old = [{k: v for k, v in r.items() if k != "test/samples"} for r in rows]
-    assert rep.per_seed_table(axes, old, settings) == ""
+    assert per_seed_table(axes, old, settings) == ""
 
 
 def test_comparison_with_grpo_is_paired_by_seed_with_hand_computed_interval_and_p(tmp_path):
     axes, rows = read_rows(PAIRED, tmp_path)
     settings = ReportSettings(baseline={"method": "grpo"})
-    found = {e["cell"]["method"]: e["comparison"] for e in rep.compare_to_baseline(axes, rows, settings)}
+    found = {e["cell"]["method"]: e["comparison"] for e in compare_to_baseline(axes, rows, settings)}
     assert set(found) == {"better", "same", "lonely"}  # grpo is not compared with itself
     # better - grpo on seeds 0, 1, 2: 0.08, 0.06, 0.10 -> mean 0.08, sd 0.02, se 0.02 / sqrt 3
     c = found["better"]
@@ -186,7 +187,7 @@ def test_comparison_with_grpo_is_paired_by_seed_with_hand_computed_interval_and_
 
 def test_comparison_table_verdicts_read_better_worse_or_no_difference_larger_than_the_mdd(tmp_path):
     axes, rows = read_rows(PAIRED, tmp_path)
-    table = rep.comparison_table(axes, rows, ReportSettings(baseline={"method": "grpo"}))
+    table = comparison_table(axes, rows, ReportSettings(baseline={"method": "grpo"}))
     lines = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
     half = 4.302653 * 0.02 / math.sqrt(3) * 100  # points
     mdd = min_detectable_difference(0.02, 3) * 100
@@ -198,7 +199,7 @@ def test_comparison_table_verdicts_read_better_worse_or_no_difference_larger_tha
     assert lines["same"].endswith(f"| {mdd_same:.1f} | no difference > {mdd_same:.1f} points |")
     assert lines["lonely"] == "| lonely | test/pass@1 | 1 | +40.0 | - | - | undecided (1 paired seed) |"
     # swapping the roles turns 'better' into 'worse' with the same MDD
-    swapped = rep.comparison_table(axes, rows, ReportSettings(baseline={"method": "better"}))
+    swapped = comparison_table(axes, rows, ReportSettings(baseline={"method": "better"}))
     assert [line for line in swapped.splitlines() if line.startswith("| grpo ")][0].endswith(
         f"| {mdd:.1f} | worse |"
     )
@@ -207,7 +208,7 @@ def test_comparison_table_verdicts_read_better_worse_or_no_difference_larger_tha
         "i,better,2,0.80", "i,better,2,0.76"
     )
     settings = ReportSettings(baseline={"method": "grpo"})
-    table = rep.comparison_table(*read_rows(shifted, tmp_path), settings)
+    table = comparison_table(*read_rows(shifted, tmp_path), settings)
     line = [x for x in table.splitlines() if x.startswith("| better ")][0]
     no_spread = "undecided (every seed differs by exactly this: no spread to test)"
     assert line == f"| better | test/pass@1 | 3 | +6.0 | - | - | {no_spread} |"
@@ -221,7 +222,7 @@ def test_the_baseline_is_matched_on_every_other_axis(tmp_path):
         for s in (0, 1)
     )
     axes, rows = read_rows(text, tmp_path)
-    found = rep.compare_to_baseline(axes, rows, ReportSettings(baseline={"method": "grpo"}))
+    found = compare_to_baseline(axes, rows, ReportSettings(baseline={"method": "grpo"}))
     assert [(e["cell"]["method"], e["cell"]["task"]) for e in found] == [("x", "a"), ("x", "b")]
     assert all(e["comparison"].diff == pytest.approx(0.1) for e in found)  # not 0.5 across tasks
 

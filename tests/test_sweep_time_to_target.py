@@ -7,6 +7,7 @@ import pytest
 
 from lightning_rlvr.experiments.sweep import report as rep
 from lightning_rlvr.experiments.sweep.claims import Claim, claims_section
+from lightning_rlvr.experiments.sweep.comparison import compare_to_baseline, comparison_table
 from lightning_rlvr.experiments.sweep.rows import (
     START,
     STEPS_CAP,
@@ -53,7 +54,7 @@ SETTINGS = ReportSettings(baseline={"method": "grpo"}, compare=[TIME_TO_TARGET])
 
 
 def table_row(rows: list[dict], method: str) -> str:
-    table = rep.comparison_table(["method"], rows, SETTINGS)
+    table = comparison_table(["method"], rows, SETTINGS)
     (line,) = [line for line in table.splitlines() if line.startswith(f"| {method} |")]
     return line
 
@@ -78,7 +79,7 @@ def test_the_speed_claim_counts_a_method_that_never_got_there_against_it():
     grpo = [run("grpo", s, t) for s, t in enumerate([100, 120, 110])]
     never = [run("hp", s, None, cap) for s, cap in enumerate([400, 420, 450])]
     settings = ReportSettings(baseline={"method": "grpo"}, compare=[TIME_TO_TARGET])
-    entries = rep.compare_to_baseline(["method"], grpo + never, settings)
+    entries = compare_to_baseline(["method"], grpo + never, settings)
     claim = Claim({"method": "hp"}, TIME_TO_TARGET, direction=-1, effect=1 / 1.21 - 1, relative=True)
     text = claims_section([claim], entries, level=0.95, power=0.8)
     said = "| slower, against the claim; 3 pair(s) with a run that never reached the target (its full time) |"
@@ -95,11 +96,11 @@ def test_the_claims_table_prints_a_difference_as_the_comparison_table_does(metri
     if metric != TIME_TO_TARGET:  # accuracies are fractions
         rows = [{**r, metric: str(float(r[metric]) / 1000)} for r in rows]
     settings = ReportSettings(baseline={"method": "grpo"}, compare=[metric])
-    table = rep.comparison_table(["method"], rows, settings)
+    table = comparison_table(["method"], rows, settings)
     (line,) = [x for x in table.splitlines() if x.startswith("| hp |")]
     difference = line.split(" | ")[3]  # method | metric | paired seeds | difference [interval] | p | ...
     claim = Claim({"method": "hp"}, metric, direction=-1, effect=-0.174, relative=True)
-    text = claims_section([claim], rep.compare_to_baseline(["method"], rows, settings), level=0.95, power=0.8)
+    text = claims_section([claim], compare_to_baseline(["method"], rows, settings), level=0.95, power=0.8)
     (claim_row,) = [x for x in text.splitlines() if x.startswith("| - | hp |")]
     assert f"| {difference} |" in claim_row
     if metric == TIME_TO_TARGET:  # whole seconds: GRPO's mean 110.5 x -17.4% = -19.2
@@ -134,9 +135,7 @@ def test_steps_to_the_target_read_as_faster_or_slower_in_steps(steps, said):
     other = [steps_run("m", s, n) for s, n in enumerate(steps)]
     settings = ReportSettings(baseline={"method": "grpo"}, compare=[STEPS_TO_TARGET])
     (line,) = [
-        x
-        for x in rep.comparison_table(["method"], grpo + other, settings).splitlines()
-        if x.startswith("| m |")
+        x for x in comparison_table(["method"], grpo + other, settings).splitlines() if x.startswith("| m |")
     ]
     assert line.endswith(f"| {said} |")
     difference = line.split(" | ")[3]

@@ -33,8 +33,8 @@ from pathlib import Path
 
 from .figure_conflicts import conflicts
 from .sweep.claims import claim_rows
+from .sweep.comparison import compare_to_baseline
 from .sweep.plan import Evidence, read_rates
-from .sweep.report import compare_to_baseline
 from .sweep.rows import read_results_csv
 from .sweep.spec import load_sweep
 from .verdicts import BETTER, RATE_MATCHED, WORSE, decide, display

@@ -130,7 +130,7 @@ def claims_section(
     claims: Sequence[Claim], entries: Sequence[dict], level: float, power: float, evidence: Any = None
 ) -> str:
     """The report's "Paper claims" section: one row per claim and matching comparison entry
-    (``report.compare_to_baseline``'s): the claim, its effect here, the measured difference with its
+    (``comparison.compare_to_baseline``'s): the claim, its effect here, the measured difference with its
     interval, p, MDD, the verdict, what it rests on and what the seeds that would decide cost.
     ``evidence`` (``plan.Evidence``) chooses the pooled or paired comparison and knows the runs' cost,
     rates and the budget; None: paired, no cost."""

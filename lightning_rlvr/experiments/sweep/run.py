@@ -55,9 +55,10 @@ from .commands import (
     warm_start_groups,
     warmup_command,
 )
+from .comparison import compare_to_baseline
 from .identity import stale_configs
 from .plan import Evidence, check_pilot, plan_text, read_rates
-from .report import compare_to_baseline, write_report
+from .report import write_report
 from .rows import read_results_csv
 from .runner import (
     CommandRunner,
