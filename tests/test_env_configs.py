@@ -24,10 +24,9 @@ def test_env_config_matches_the_constructor(path):
     module, name = task["class_path"].rsplit(".", 1)
     cls = getattr(importlib.import_module(module), name)
     assert issubclass(cls, Environment)
+    init_args = task.get("init_args") or {}
     params = inspect.signature(cls).parameters
-    assert set(task["init_args"]) == set(params)  # every knob written out, none unknown
-    for key, value in task["init_args"].items():
-        default = params[key].default
-        assert value == default, f"{path.name}: {key}={value!r} differs from the default {default!r}"
-    env = cls(**task["init_args"])  # cheap: nothing is generated before a problem is asked for
-    assert env.size("val") == task["init_args"]["val_games"]
+    assert set(init_args) <= set(params)  # none unknown (defaults are not restated: test_config_defaults.py)
+    env = cls(**init_args)  # cheap: nothing is generated before a problem is asked for
+    val_games = init_args.get("val_games", params["val_games"].default)
+    assert env.size("val") == val_games
