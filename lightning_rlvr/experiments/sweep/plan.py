@@ -5,14 +5,15 @@ Layer: experiments (imports ``experiments.pooled``, ``experiments.verdicts`` and
 on beyond one paired comparison: the pooled analysis of each metric over the sweep's arms
 (``experiments.pooled``; used where pooling is justified), the measured cost of a run of each cell
 (``fit_s + test_s`` of its finished runs: job time, so it includes waiting on whatever else the machine
-ran), each run's learning rate (``model.lr`` from its ``spec.json``: overrides over config files) and the
-sweep's ``report.budget_hours``. The report's claims, pooled and rates sections and
-``lightning-rlvr-sweep SWEEP --plan [--pilot results.csv]`` read it, so both use one vocabulary
-(``experiments.verdicts``). Seeds needed cost that many runs of the cell *and* of its baseline.
+ran), each run's learning rate (``model.lr`` from its ``spec.json``: overrides over config files over
+``RLVRModule``'s default) and the sweep's ``report.budget_hours``. The report's claims, pooled and rates
+sections and ``lightning-rlvr-sweep SWEEP --plan [--pilot results.csv]`` read it, so both use one
+vocabulary (``experiments.verdicts``). Seeds needed cost that many runs of the cell *and* of its baseline.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from collections.abc import Sequence
@@ -29,22 +30,28 @@ from .spec import SPEC, ReportSettings
 
 
 def lr_of_spec(path: Path) -> str | None:
-    """The ``model.lr`` a run's ``spec.json`` ran with (its overrides over its config files), as text;
-    None when neither says or the file is unreadable."""
+    """The ``model.lr`` a run's ``spec.json`` ran with (its overrides over its config files), as text; the
+    code's default when every config file was read and none says (configs do not restate defaults); None
+    when the files are unreadable."""
     try:
         spec = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    found = None
+    found, unread = None, False
     for config in spec.get("configs", []):
         try:
             model = (yaml.safe_load(Path(config).read_text()) or {}).get("model") or {}
         except (OSError, yaml.YAMLError, AttributeError):
+            unread = True
             continue
         lr = model.get("lr", (model.get("init_args") or {}).get("lr"))
         found = lr if lr is not None else found
     for key, value in spec.get("overrides", []):
         found = value if key == "model.lr" else found
+    if found is None and not unread:
+        from ...module import RLVRModule  # torch and Lightning: only when a run's rate is the default
+
+        found = inspect.signature(RLVRModule).parameters["lr"].default
     return None if found is None else f"{float(found):g}"
 
 
