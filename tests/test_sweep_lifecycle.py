@@ -330,3 +330,22 @@ def test_a_run_killed_twice_after_the_same_checkpoint_keeps_the_first_parts_rows
     log_steps([0, 1, 2])  # killed between writing the part and removing the live file: done again
     set_aside_logs(run, ckpt, 2, started=ckpt.stat().st_mtime + 5.0)
     assert [r["step"] for r in _fit_rows(run)] == ["0", "1"]  # each row once
+
+
+def test_a_seed_left_partly_done_is_completed_before_the_next_seed(tmp_path, monkeypatch):
+    """The grid lists methods before seeds, so the pending runs of a sweep that finished some methods
+    of seed 0 start with the other methods' seed 1; the order follows the grid's seeds instead."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("one", "two", "three"):
+        write(tmp_path / "m" / f"{name}.yaml", "model: {lr: 1.0e-4}\n")
+    path = write(
+        tmp_path / "s.yaml",
+        "out: out\ngrid:\n  config: [m/one.yaml, m/two.yaml, m/three.yaml]\n  seed_everything: [0, 1, 2]\n",
+    )
+    first = FakeLightning(kill_at="three__seed=0")
+    with pytest.raises(KeyboardInterrupt):
+        sw.main([str(path), "--jobs", "1"], runner=first)
+    sweep = load_sweep(path)
+    order = [r.run_id for r in swr.pending(sweep, expand(sweep))]
+    assert order[:4] == ["three__seed=0", "one__seed=1", "two__seed=1", "three__seed=1"]
+    assert len(order) == 7

@@ -85,9 +85,10 @@ def is_done(sweep: Sweep, run: Run) -> bool:
 
 
 def pending(sweep: Sweep, runs: Sequence[Run]) -> list[Run]:
-    """The runs not done yet, in execution order: seed by seed, so a partial sweep covers every cell."""
+    """The runs not done yet, in execution order: seed by seed in the grid's seed order, so a partial
+    sweep covers every cell and a seed some of whose runs finished earlier is completed first."""
     todo = [r for r in runs if not is_done(sweep, r)]
-    seeds = list(dict.fromkeys(r.seed for r in todo))
+    seeds = list(dict.fromkeys(r.seed for r in runs))
     return sorted(todo, key=lambda r: seeds.index(r.seed))
 
 
