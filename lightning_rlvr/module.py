@@ -49,7 +49,7 @@ from torch import Tensor
 
 from .checkpoint_state import CheckpointState
 from .collapse_guard import CollapseGuard
-from .collect import Collected, Sampler, roll_out
+from .collect import CollectedRollout, Sampler, roll_out
 from .collect.continuations import EngineSampler
 from .collect.dynamic_sampling import DynamicSampling, extra_prompt_position
 from .core.distributed import any_rank, shard_policy, world_size
@@ -57,7 +57,7 @@ from .core.errors import RLVRError
 from .core.objectives import zero_std_groups
 from .core.problem import Problem
 from .core.progress import say
-from .core.resume_state import plain_value, restore_rng
+from .core.resume_state import checkpoint_safe, restore_rng
 from .core.rollout import Rollout
 from .core.validation import check_settings
 from .credit.base import CreditAssigner
@@ -71,7 +71,7 @@ from .models.policies import PolicySource, TinyPolicy, apply_lora
 from .prompts import PromptFormat
 from .rewards.overlong import RewardShaper
 from .sample_log import append_samples, sample_rows
-from .scoring.mode import same_in_train_mode
+from .scoring.mode import train_mode_matches_eval
 from .scoring.scorer import Scorer
 from .tasks.addition import AdditionTask
 from .tasks.base import Task
@@ -195,7 +195,7 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
             top_p=top_p,
         )
         self.save_hyperparameters()
-        for key in [k for k, v in self.hparams.items() if not plain_value(v)]:
+        for key in [k for k, v in self.hparams.items() if not checkpoint_safe(v)]:
             del self.hparams[key]  # objects (Python use) cannot go in a weights-only checkpoint
         self.automatic_optimization = False
         self.task = task or AdditionTask()
@@ -325,13 +325,13 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         """
         return roll_out(self.task, self.make_sampler(greedy), problems, group_size).rollout
 
-    def collect(self, problems: list[Problem]) -> tuple[Collected, dict[str, float]]:
+    def collect(self, problems: list[Problem]) -> tuple[CollectedRollout, dict[str, float]]:
         """Sample and verify (with dynamic sampling when configured), then shape the rewards.
 
         Returns the verified rollout with its costs (all rounds of dynamic sampling summed) and
         sampling statistics.
         """
-        rounds: list[Collected] = []
+        rounds: list[CollectedRollout] = []
 
         sampler = self.sampler
         if self.sampling_key == "keyed":  # common random numbers: rows keyed by (seed, step, problem, sample)
@@ -361,7 +361,7 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
             rollout.rewards = shaper(rollout.rewards, rollout.action_lengths, self.max_new_tokens)
         errors = sum(r.verifier_errors for r in rounds)
         generate_s, verify_s = sum(r.generate_s for r in rounds), sum(r.verify_s for r in rounds)
-        return Collected(rollout, errors, generate_s, verify_s), stats
+        return CollectedRollout(rollout, errors, generate_s, verify_s), stats
 
     # ------------------------------------------------------------------ training
     def training_step(self, batch: list[Problem], batch_idx: int) -> None:
@@ -377,7 +377,9 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
         scorer = self.scorer(self.model, rollout, sampler=sampler)
         old_logp = None  # [N, T] rollout-time log-probs, when the update needs them (module docstring)
         moves = self.ppo_epochs > 1 or self.minibatches > 1  # the policy changes between updates
-        if moves or (self.loss.needs_old_logp(rollout.engine_logp) and not same_in_train_mode(self.model)):
+        if moves or (
+            self.loss.needs_old_logp(rollout.engine_logp) and not train_mode_matches_eval(self.model)
+        ):
             old_logp = scorer.policy(hidden=self.credit.uses_hidden_states).logp  # shared with the credit
         forwards = None  # the update's own forwards, run now when they can serve the credit's policy pass
         reads_pass = self.credit.uses_hidden_states or self.credit.uses_policy_pass

@@ -18,7 +18,7 @@ from .core.objectives import loss_weights
 from .core.rollout import Rollout
 from .credit.base import Credit
 from .scoring.logprobs import entropy_from_logits, token_logprobs
-from .scoring.mode import same_in_train_mode
+from .scoring.mode import train_mode_matches_eval
 from .scoring.packing import MicroBatch, micro_batches, shares_prompts
 from .scoring.packing import forward as packed_forward
 from .scoring.scorer import Scorer
@@ -48,7 +48,7 @@ class PolicyUpdate:
         (dropout): the scorer's pass is in eval mode. Returns ``(micro-batch, logits)`` pairs in
         the update's order, or None when not fused.
         """
-        if not same_in_train_mode(self.model):
+        if not train_mode_matches_eval(self.model):
             return None
         parts = []  # (micro-batch, logits [m, T_m, V] with graph, hidden [m, T_m, H])
         for mb in self.micro_batches(rollout, torch.arange(rollout.num_rows, device=self.device)):

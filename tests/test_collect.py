@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
-from lightning_rlvr.collect import Collected, Sampler, roll_out
+from lightning_rlvr.collect import CollectedRollout, Sampler, roll_out
 from lightning_rlvr.collect.continuations import EngineSampler
 from lightning_rlvr.collect.dynamic_sampling import extra_prompt_position
 from lightning_rlvr.collect.episodes import action_text
@@ -45,7 +45,7 @@ def test_a_single_turn_batch_comes_back_verified_with_its_costs() -> None:
     sampler = Sampler(HFGenerateEngine(), model, tok, Sampling(4))
     torch.manual_seed(0)
     out = roll_out(task, sampler, [task.problem("train", i) for i in range(3)], 2)
-    assert isinstance(out, Collected) and out.rollout.num_rows == 6
+    assert isinstance(out, CollectedRollout) and out.rollout.num_rows == 6
     assert out.rollout.rewards.dtype == torch.float32 and out.rollout.correct.dtype == torch.bool
     assert out.verifier_errors == 3 and out.rollout.rewards.tolist().count(0.0) >= 3
     assert out.generate_s > 0 and out.verify_s >= 0

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from lightning_rlvr import AdditionTask, RLVRModule
-from lightning_rlvr.collect import Collected, roll_out
+from lightning_rlvr.collect import CollectedRollout, roll_out
 from lightning_rlvr.credit import Credit, GRPOCredit
 from lightning_rlvr.credit.hp_rlvr import HPRLVRCredit
 from lightning_rlvr.credit.rredcot import RREDCoTCredit
@@ -270,7 +270,9 @@ def test_overlong_penalty_on_episodes_reads_the_longest_action_against_the_per_a
 
     module.max_new_tokens = 6
     module.reward_shaping = [OverlongPenalty(cache=3)]
-    monkeypatch.setattr("lightning_rlvr.module.roll_out", lambda *args: Collected(rollout, 0, 0.0, 0.0))
+    monkeypatch.setattr(
+        "lightning_rlvr.module.roll_out", lambda *args: CollectedRollout(rollout, 0, 0.0, 0.0)
+    )
     shaped = module.collect(rollout.problems)[0].rollout
     expected = OverlongPenalty(cache=3).penalty(longest, 6)  # ramp over 4..6, -1 past 6
     assert torch.equal(shaped.rewards, expected)  # EchoWords never won: the verdicts are 0

@@ -244,7 +244,7 @@ def test_engine_logprobs_switch_on_tis_and_its_statistics(tmp_path, monkeypatch)
     assert module.stats["engine_kl"] > 0
     assert 0.0 <= module.stats["tis_clip_frac"] <= 1.0
     # A model with dropout gets the separate no-grad pass; on this dropout-free model it gives the same
-    monkeypatch.setattr("lightning_rlvr.module.same_in_train_mode", lambda model: False)
+    monkeypatch.setattr("lightning_rlvr.module.train_mode_matches_eval", lambda model: False)
     torch.manual_seed(0)
     passed = _one_step(tmp_path, engine=math.log(0.3))
     assert passed.old_logp is not None

@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch import Trainer, seed_everything
 
 from lightning_rlvr import AdditionTask, RLVRDataModule, RLVRModule, TinyPolicy
-from lightning_rlvr.collect import Collected
+from lightning_rlvr.collect import CollectedRollout
 from lightning_rlvr.core.objectives import loss_weights
 from lightning_rlvr.core.rollout import Rollout
 from lightning_rlvr.credit import Credit
@@ -29,7 +29,7 @@ from lightning_rlvr.losses import CISPO, GSPO, PPOClip
 from lightning_rlvr.models import apply_lora
 from lightning_rlvr.scoring import packing
 from lightning_rlvr.scoring.logprobs import entropy_from_logits, token_logprobs
-from lightning_rlvr.scoring.mode import same_in_train_mode
+from lightning_rlvr.scoring.mode import train_mode_matches_eval
 from lightning_rlvr.scoring.packing import MicroBatch, causal_lm_forward, micro_batches, shares_prompts
 from lightning_rlvr.scoring.packing import forward as packed_forward
 from lightning_rlvr.scoring.scorer import Scorer
@@ -231,7 +231,7 @@ class FixedRollout(RLVRModule):
         self.extra_tokens = None
 
     def collect(self, problems):
-        return Collected(self.fixed, 0, 0.0, 0.0), {}
+        return CollectedRollout(self.fixed, 0, 0.0, 0.0), {}
 
     def _clip_gradients(self) -> float:
         self.grads = _grads(self.model)
@@ -314,11 +314,11 @@ def test_credit_from_the_updates_own_forward_equals_a_separate_policy_pass(tmp_p
 
 def test_dropout_keeps_the_separate_eval_mode_pass(tmp_path):
     module, _ = TinyPolicy(**SHAPE).load()
-    assert same_in_train_mode(module)
+    assert train_mode_matches_eval(module)
     module.config.attention_dropout = 0.1
-    assert not same_in_train_mode(module)
-    assert not same_in_train_mode(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)))
-    assert same_in_train_mode(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))
+    assert not train_mode_matches_eval(module)
+    assert not train_mode_matches_eval(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)))
+    assert train_mode_matches_eval(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))
     step = _shear_step(tmp_path, fuse=True, dropout=0.1)
     assert not step.fused and step.extra_tokens > 0
 

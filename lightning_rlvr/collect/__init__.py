@@ -25,11 +25,11 @@ from .episodes import engine_generate, expert_rollout, run_episodes
 from .single_turn import Sampler, generate_rollout
 from .verify import verify
 
-__all__ = ["Collected", "Sampler", "roll_out", "verify", "worked_example"]
+__all__ = ["CollectedRollout", "Sampler", "roll_out", "verify", "worked_example"]
 
 
 @dataclass
-class Collected:
+class CollectedRollout:
     """A verified rollout and what collecting it cost."""
 
     rollout: Rollout
@@ -38,7 +38,7 @@ class Collected:
     verify_s: float  # seconds spent in the verifier (0 for episodes: the game scored them as it went)
 
 
-def roll_out(task: Task, sampler: Sampler, problems: list[Problem], group_size: int) -> Collected:
+def roll_out(task: Task, sampler: Sampler, problems: list[Problem], group_size: int) -> CollectedRollout:
     """``group_size`` verified samples of each problem, rows laid out group by group.
 
     A task answers in one completion of at most ``sampler.sampling.max_new_tokens`` tokens; an
@@ -66,13 +66,13 @@ def roll_out(task: Task, sampler: Sampler, problems: list[Problem], group_size: 
         )
         device = next(s.model.parameters()).device
         rollout.rewards, rollout.correct = rollout.rewards.to(device), rollout.correct.to(device)
-        return Collected(rollout, 0, time.perf_counter() - t0, 0.0)
+        return CollectedRollout(rollout, 0, time.perf_counter() - t0, 0.0)
     rollout = generate_rollout(
         s.engine, s.model, s.tokenizer, problems, group_size, s.sampling, s.render, key=s.key
     )
     t1 = time.perf_counter()
     errors = verify(task, rollout)
-    return Collected(rollout, errors, t1 - t0, time.perf_counter() - t1)
+    return CollectedRollout(rollout, errors, t1 - t0, time.perf_counter() - t1)
 
 
 def worked_example(task: Task, problem: Problem, tokenizer, render=None) -> tuple[list[int], list[int]]:

@@ -18,17 +18,19 @@ from ..tasks.base import Task
 
 
 @dataclass
-class Checked:
+class VerifierScores:
+    """The verifier's scores of a batch of texts, one entry per text."""
+
     rewards: Tensor  # [n] float32
     correct: Tensor  # [n] bool, the verifier's ``Verdict.correct``
     feedback: list[str]  # [n]
     errors: int  # verifier calls that raised
 
 
-def check_texts(task: Task, texts: list[str], problems: list[Problem], device=None) -> Checked:
+def check_texts(task: Task, texts: list[str], problems: list[Problem], device=None) -> VerifierScores:
     """Score ``texts[i]`` against ``problems[i]`` with the task's verifier."""
     results = task.check_batch(texts, problems) if texts else []  # [(verdict, raised)] * n
-    return Checked(
+    return VerifierScores(
         rewards=torch.tensor([float(v.reward) for v, _ in results], dtype=torch.float32, device=device),
         correct=torch.tensor([bool(v.correct) for v, _ in results], dtype=torch.bool, device=device),
         feedback=[v.feedback for v, _ in results],
@@ -39,6 +41,6 @@ def check_texts(task: Task, texts: list[str], problems: list[Problem], device=No
 def verify(task: Task, rollout: Rollout) -> int:
     """Fill a single-turn rollout's ``rewards``, ``correct`` and ``feedback``; returns the verifier errors."""
     problems = [rollout.problems[int(g)] for g in rollout.group]
-    checked = check_texts(task, rollout.completions, problems, rollout.completion_ids.device)
-    rollout.rewards, rollout.correct, rollout.feedback = checked.rewards, checked.correct, checked.feedback
-    return checked.errors
+    scores = check_texts(task, rollout.completions, problems, rollout.completion_ids.device)
+    rollout.rewards, rollout.correct, rollout.feedback = scores.rewards, scores.correct, scores.feedback
+    return scores.errors

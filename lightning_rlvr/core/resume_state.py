@@ -14,14 +14,14 @@ import numpy as np
 import torch
 
 
-def plain_value(value: Any) -> bool:
+def checkpoint_safe(value: Any) -> bool:
     """True for values a checkpoint can hold under ``torch.load(weights_only=True)``."""
     if isinstance(value, (int, float, str, bool, type(None))):
         return True
     if isinstance(value, (list, tuple)):
-        return all(plain_value(v) for v in value)
+        return all(checkpoint_safe(v) for v in value)
     if isinstance(value, dict):
-        return all(isinstance(k, str) and plain_value(v) for k, v in value.items())
+        return all(isinstance(k, str) and checkpoint_safe(v) for k, v in value.items())
     return False
 
 

@@ -1,7 +1,7 @@
 """Scoring mode: no gradients and the model in eval mode, and whether train mode computes the same.
 
 Layer: scoring (imports only torch). The ``Scorer``'s methods run in ``scoring_mode`` (``_scoring``);
-the update asks ``same_in_train_mode`` before it lets its own forward stand in for the scorer's.
+the update asks ``train_mode_matches_eval`` before it lets its own forward stand in for the scorer's.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _scoring(method):
     return wrapper
 
 
-def same_in_train_mode(model) -> bool:
+def train_mode_matches_eval(model) -> bool:
     """Whether ``model`` computes the same function in train mode as in eval mode (no dropout).
 
     The scorer runs the policy in eval mode, the update in train mode; only when they agree

@@ -157,7 +157,7 @@ class Scorer(CompareViews):
         ``parts`` are ``(micro-batch, logits [m, T_m, V], hidden [m, T_m, H] or None)`` covering
         every row once, as ``packing.forward`` returns them; they are detached here. The caller
         vouches that its forward equals this scorer's (same weights, no dropout in train mode:
-        ``same_in_train_mode``). Returns the pass ``policy`` will hand out from now on.
+        ``train_mode_matches_eval``). Returns the pass ``policy`` will hand out from now on.
         """
         hidden = any(h is not None for _, _, h in parts)
         with torch.no_grad():

@@ -16,7 +16,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.strategies import ModelParallelStrategy
 
 from lightning_rlvr import AdditionTask, RLVRModule, TinyPolicy
-from lightning_rlvr.collect import Collected
+from lightning_rlvr.collect import CollectedRollout
 from lightning_rlvr.data import RLVRDataModule
 from lightning_rlvr.losses import PPOClip
 from tests.rollouts import sample
@@ -45,7 +45,7 @@ class FixedRollouts(RLVRModule):
         world, rank = self.trainer.world_size, self.trainer.global_rank
         per = B // world
         rows = torch.arange(rank * per * G, (rank + 1) * per * G)
-        return Collected(self.fixed.index_select(rows), 0, 0.0, 0.0), {}
+        return CollectedRollout(self.fixed.index_select(rows), 0, 0.0, 0.0), {}
 
 
 def main() -> None:
