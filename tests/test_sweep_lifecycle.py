@@ -35,6 +35,14 @@ def test_dry_run_prints_the_commands_and_runs_nothing(grid_sweep, tmp_path, caps
     assert len({line for line in lines if " test " in line}) == 12
 
 
+def method_grid(tmp_path: Path, methods: dict[str, float], seeds: list[int]) -> Path:
+    """A sweep file over method files m/<name>.yaml (each setting only its lr) and ``seeds``."""
+    for name, lr in methods.items():
+        write(tmp_path / "m" / f"{name}.yaml", f"model: {{lr: {lr}}}\n")
+    configs = ", ".join(f"m/{name}.yaml" for name in methods)
+    return write(tmp_path / "s.yaml", f"out: out\ngrid:\n  config: [{configs}]\n  seed_everything: {seeds}\n")
+
+
 class FakeLightning:
     """Stands in for ``lightning-rlvr``: writes what fit and test would write, can die on one run."""
 
@@ -67,12 +75,7 @@ class FakeLightning:
 
 def test_a_killed_sweep_resumes_without_rerunning_finished_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
-    write(tmp_path / "m" / "two.yaml", "model: {lr: 2.0e-4}\n")
-    path = write(
-        tmp_path / "s.yaml",
-        "out: out\ngrid:\n  config: [m/one.yaml, m/two.yaml]\n  seed_everything: [0, 1]\n",
-    )
+    path = method_grid(tmp_path, {"one": 1.0e-4, "two": 2.0e-4}, [0, 1])
     # seed by seed: one__seed=0, two__seed=0, one__seed=1 (killed here), two__seed=1
     first = FakeLightning(kill_at="one__seed=1")
     with pytest.raises(KeyboardInterrupt):
@@ -105,8 +108,7 @@ def test_a_second_sweep_on_the_same_directory_leaves_the_runs_in_progress_to_the
     it again beside it; now each run is locked by the process running it and the other skips it."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(swr, "LOCK_WAIT_S", 0.1)  # the first is alive: waiting longer changes nothing
-    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
-    path = write(tmp_path / "s.yaml", "out: out\ngrid:\n  config: [m/one.yaml]\n  seed_everything: [0, 1]\n")
+    path = method_grid(tmp_path, {"one": 1.0e-4}, [0, 1])
     second = FakeLightning()
     inner: list[int] = []
 
@@ -336,12 +338,7 @@ def test_a_seed_left_partly_done_is_completed_before_the_next_seed(tmp_path, mon
     """The grid lists methods before seeds, so the pending runs of a sweep that finished some methods
     of seed 0 start with the other methods' seed 1; the order follows the grid's seeds instead."""
     monkeypatch.chdir(tmp_path)
-    for name in ("one", "two", "three"):
-        write(tmp_path / "m" / f"{name}.yaml", "model: {lr: 1.0e-4}\n")
-    path = write(
-        tmp_path / "s.yaml",
-        "out: out\ngrid:\n  config: [m/one.yaml, m/two.yaml, m/three.yaml]\n  seed_everything: [0, 1, 2]\n",
-    )
+    path = method_grid(tmp_path, {"one": 1.0e-4, "two": 1.0e-4, "three": 1.0e-4}, [0, 1, 2])
     first = FakeLightning(kill_at="three__seed=0")
     with pytest.raises(KeyboardInterrupt):
         sw.main([str(path), "--jobs", "1"], runner=first)
