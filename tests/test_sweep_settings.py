@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -91,3 +92,46 @@ def test_a_rewritten_config_keeps_its_run_and_a_changed_value_does_not(tmp_path:
     # a value changed: another run
     method.write_text(method.read_text().replace("true", "false"))
     assert not identity.is_finished(sweep, run)
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True
+    )
+
+
+def test_a_run_archived_without_its_resolved_config_is_judged_by_the_committed_file_it_read(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Archives made before resolved configs were kept hold only each file's digest: the version of the
+    file with that digest is found in git and resolved beside the file now, so a rewrite that sets the
+    same values keeps the run, and a changed value or a version git never saw does not."""
+    monkeypatch.chdir(tmp_path)
+    _git(tmp_path, "init", "-q")
+    method = Path("method.yaml")
+    method.write_text("model:\n  credit:\n    class_path: lightning_rlvr.credit.GRPOCredit\n")
+    _git(tmp_path, "add", "method.yaml")
+    _git(tmp_path, "commit", "-q", "-m", "the file as the run read it")
+    Path("s.yaml").write_text(
+        f"out: out\nreport_dir: report\nconfigs: [{REPO / 'configs/quickstart.yaml'}, method.yaml]\n"
+        "grid:\n  seed_everything: [0]\n"
+    )
+    sweep = load_sweep(Path("s.yaml"))
+    (run,) = expand(sweep)
+    d = run_dir(sweep, run)
+    d.mkdir(parents=True)
+    recorded = identity.run_spec(run)
+    (d / DONE).write_text("{}")
+
+    def finished_after(text: str, spec: dict = recorded) -> bool:
+        method.write_text(text)
+        (d / SPEC).write_text(json.dumps(spec))
+        return identity.is_finished(sweep, run)
+
+    base = "model:\n  credit:\n    class_path: lightning_rlvr.credit.GRPOCredit\n"
+    assert not (d / settings.RESOLVED).exists()
+    assert finished_after(base + "    init_args:\n      scale_by_std: true\n")  # a default restated
+    assert identity.stale_configs(sweep, run) == []  # re-recorded with the digest of the file now
+    assert not finished_after(base + "    init_args:\n      scale_by_std: false\n")  # a value changed
+    unknown = {**recorded, "config_digests": {**recorded["config_digests"], "method.yaml": "0" * 16}}
+    assert not finished_after(base + "    init_args:\n      scale_by_std: true\n", unknown)  # never committed

@@ -9,23 +9,11 @@ runs: their ``SPEC`` is re-recorded with the new digests, so the check runs once
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
 
-import yaml
-
-from .settings import resolved_differences
+from .config_history import config_digest
+from .settings import differences_at_recorded_configs, resolved_differences
 from .spec import DONE, SPEC, Run, Sweep, run_dir
-
-
-def config_digest(path: str) -> str:
-    """A hash of the parsed YAML: a comment or layout edit changes nothing, a value does."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
-        return "missing"
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def run_spec(run: Run) -> dict:
@@ -58,7 +46,10 @@ def same_settings(sweep: Sweep, run: Run, recorded: dict) -> bool:
         k: v for k, v in now.items() if k != "config_digests"
     }:
         return False  # other config files or overrides: another run
-    if resolved_differences(sweep, run) != []:
+    found = resolved_differences(sweep, run)
+    if found is None:  # an older archive kept no resolved config: resolve the files as the run read them
+        found = differences_at_recorded_configs(sweep, run, recorded.get("config_digests") or {})
+    if found != []:
         return False
     (run_dir(sweep, run) / SPEC).write_text(json.dumps(now, indent=1))
     return True

@@ -18,12 +18,14 @@ import importlib
 import inspect
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .commands import fit_command
+from .config_history import config_digest, earlier_content
 from .spec import Run, Sweep, run_dir
 
 RESOLVED = Path("logs") / "fit" / "config.yaml"  # what the CLI saved when the run's fit started
@@ -107,5 +109,32 @@ def resolved_differences(sweep: Sweep, run: Run) -> list[str] | None:
         return None
     now = _print_config(tuple(fit_command(sweep, run)))
     if not isinstance(ran, dict) or now is None:
+        return None
+    return differences(ran, now)
+
+
+def differences_at_recorded_configs(sweep: Sweep, run: Run, digests: dict[str, str]) -> list[str] | None:
+    """Settings in which ``run``'s command resolves differently with each config file as the run read it
+    (the committed version with the digest it recorded, ``config_history``) than with the files now.
+
+    For a run that kept no resolved config. None when that cannot be said: a changed file has no
+    committed version with the recorded digest, or the CLI refuses either command."""
+    args = list(fit_command(sweep, run))
+    with tempfile.TemporaryDirectory() as scratch:
+        then = list(args)
+        for i, arg in enumerate(args[:-1]):
+            path = args[i + 1]
+            if arg != "--config" or path not in digests or digests[path] == config_digest(path):
+                continue
+            content = earlier_content(path, digests[path])
+            if content is None:
+                return None
+            # named like the current file (the CLI records the name); paths inside resolve from the cwd
+            earlier = Path(scratch) / f"{i}" / Path(path).name
+            earlier.parent.mkdir()
+            earlier.write_bytes(content)
+            then[i + 1] = str(earlier)
+        ran, now = _print_config(tuple(then)), _print_config(tuple(args))
+    if ran is None or now is None:
         return None
     return differences(ran, now)
