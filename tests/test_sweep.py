@@ -208,3 +208,32 @@ def test_no_sweep_module_imports_the_entry_point():
     assert len(sweep) > 5
     importers = [m for m in sweep if "lightning_rlvr.experiments.sweep.run" in graph[m]]
     assert importers == [], importers
+
+
+def test_a_named_config_value_is_a_cell_of_its_own_with_its_own_overrides(tmp_path, monkeypatch):
+    """``{NAME: FILES}`` runs a method file a second time as cell NAME (the method at its own rate beside
+    the cell at the baseline's), with axis_overrides keyed to NAME; a bad name or a clash is one error."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("grpo", "sc_grpo"):
+        (tmp_path / f"{name}.yaml").write_text("model: {}\n")
+
+    def sweep(values: str) -> list:
+        (tmp_path / "s.yaml").write_text(
+            f'out: out\noverrides: {{model.lr: 0.0004}}\ngrid:\n  "config:method": {values}\n'
+            "  seed_everything: [1]\naxis_overrides:\n  method:\n    own_rate: {model.lr: 0.0008}\n"
+        )
+        return expand(load_sweep(tmp_path / "s.yaml"))
+
+    runs = sweep("[grpo.yaml, sc_grpo.yaml, {own_rate: sc_grpo.yaml}]")
+    assert [r.run_id for r in runs] == ["grpo__seed=1", "sc_grpo__seed=1", "own_rate__seed=1"]
+    assert [dict(r.cell)["method"] for r in runs] == ["grpo", "sc_grpo", "own_rate"]
+    assert runs[1].configs == runs[2].configs == ("sc_grpo.yaml",)
+    assert [dict(r.overrides)["model.lr"] for r in runs] == [0.0004, 0.0004, 0.0008]
+    for bad, said in [
+        ("[grpo.yaml, {own_rate: sc_grpo.yaml, other: grpo.yaml}]", "one NAME: FILES pair"),
+        ("[grpo.yaml, {own rate: sc_grpo.yaml}]", "letters, digits"),
+        ("[grpo.yaml, {grpo: sc_grpo.yaml}]", "two values are called ['grpo']"),
+        ("[grpo.yaml, {own_rate: missing.yaml}]", "not found"),
+    ]:
+        with pytest.raises(SweepError, match=re.escape(said)):
+            sweep(bad)

@@ -153,14 +153,41 @@ def axis_label(key: str) -> str:
     return "seed" if key == "seed_everything" else key
 
 
+class NamedFiles(tuple):
+    """A config-axis value with a name of its own, written ``{NAME: FILES}`` in the grid: those files run
+    as a cell called NAME, so one method file can be a second cell (with ``axis_overrides`` for NAME,
+    e.g. the method at its own tuned rate beside the cell at the baseline's rate)."""
+
+    name: str
+
+    def __new__(cls, name: str, files: tuple[str, ...]) -> NamedFiles:
+        value = super().__new__(cls, files)
+        value.name = name
+        return value
+
+
+def _named(key: str, value: dict) -> tuple[str, list]:
+    """The name and files of a ``{NAME: FILES}`` grid value, checked."""
+    if len(value) != 1:
+        raise SweepError(f"grid.{key}: a named value is one NAME: FILES pair, got {short(value)}")
+    ((name, files),) = value.items()
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise SweepError(f"grid.{key}: a value's name must be letters, digits, '_', '.' or '-', got {name!r}")
+    return name, files if isinstance(files, list) else [files]
+
+
 def _expand_config_values(key: str, values: list) -> list[tuple[str, ...]]:
     """Each value of a config axis as a tuple of files; a glob string gives one value per match.
 
-    ``[configs/method/grpo.yaml, "configs/method/*.yaml"]`` puts GRPO first, then every other method.
+    ``[configs/method/grpo.yaml, "configs/method/*.yaml"]`` puts GRPO first, then every other method;
+    ``{sc_grpo_own_rate: configs/method/sc_grpo.yaml}`` is SC-GRPO's file under another name.
     """
     out: list[tuple[str, ...]] = []
     for value in values:
-        if isinstance(value, str) and any(c in value for c in "*?["):
+        name = None
+        if isinstance(value, dict):
+            name, value = _named(key, value)
+        if isinstance(value, str) and any(c in value for c in "*?[") and name is None:
             matches = sorted(glob.glob(value))
             if not matches:
                 raise SweepError(f"grid.{key}: {value!r} matches no file (run from the repository root)")
@@ -172,8 +199,14 @@ def _expand_config_values(key: str, values: list) -> list[tuple[str, ...]]:
                     raise SweepError(
                         f"grid.{key}: config file {f!r} not found (run from the repository root)"
                     )
-            out.append(files)
-    return list(dict.fromkeys(out))  # a file listed and also matched by a glob runs once, first place
+            out.append(files if name is None else NamedFiles(name, files))
+    # a file listed and also matched by a glob runs once, first place; a named value is its own cell
+    unique = list({(_value_label(v), v): v for v in out}.values())
+    labels = [_value_label(v) for v in unique]
+    clash = sorted({v.name for v in unique if isinstance(v, NamedFiles) and labels.count(v.name) > 1})
+    if clash:
+        raise SweepError(f"grid.{key}: two values are called {clash}; give the named one another name")
+    return unique
 
 
 def load_sweep(path: str | Path, out: str | Path | None = None) -> Sweep:
@@ -370,6 +403,8 @@ def _step_costs(path: Path, raw: Any, axes: dict[str, tuple[str, list[str]]]) ->
 
 # ---------------------------------------------------------------------------- grid expansion
 def _value_label(value: Any) -> str:
+    if isinstance(value, NamedFiles):
+        return value.name
     if isinstance(value, tuple):  # config files
         return "+".join(Path(f).stem for f in value)
     if isinstance(value, bool) or value is None:
