@@ -37,24 +37,21 @@ def config_digest(path: str) -> str:
         return MISSING
 
 
-def _git(*args: str) -> str | None:
+def _git(*args: str) -> bytes | None:
+    """``git ARGS``'s output, or None where git is missing, fails or hangs."""
     try:
         done = subprocess.run(["git", *args], capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return done.stdout.decode(errors="replace") if done.returncode == 0 else None
+    return done.stdout if done.returncode == 0 else None
 
 
 @functools.lru_cache(maxsize=256)
 def earlier_content(path: str, digest: str) -> bytes | None:
     """The newest committed content of ``path`` (relative to the working directory) whose digest is
     ``digest``, or None: not in a git checkout, never committed, or no version has that digest."""
-    commits = _git("log", "--format=%H", "--", path)
-    for commit in (commits or "").split():
-        try:
-            done = subprocess.run(["git", "show", f"{commit}:./{path}"], capture_output=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if done.returncode == 0 and text_digest(done.stdout) == digest:
-            return done.stdout
+    for commit in (_git("log", "--format=%H", "--", path) or b"").decode().split():
+        content = _git("show", f"{commit}:./{path}")
+        if content is not None and text_digest(content) == digest:
+            return content
     return None
