@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import csv
 import importlib
 import inspect
 import re
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +97,25 @@ def test_docs_and_method_files_stand_alone():
         text = path.read_text()
         assert "METHODS.md" not in text and "../shared" not in text and "/work/shared" not in text, path
     assert "docs/methods.md" in (REPO / "README.md").read_text()
+
+
+def test_the_rredcot_segments_table_in_credit_lab_md_matches_its_committed_lab_run():
+    """docs/credit_lab.md's table for RREDCoT on the steps3 checkpoint restates the lab's committed
+    tables (segments from credit_method_metrics.csv, localisation and Spearman from credit_eval.csv)."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks/results/credit_eval_real/steps3"
+    metrics = {}
+    for row in csv.DictReader(open(folder / "credit_method_metrics.csv")):
+        metrics[(row["method"], row["metric"])] = float(row["mean_over_batches"])
+    evals = {row["method"]: row for row in csv.DictReader(open(folder / "credit_eval.csv"))}
+    page = (Path(__file__).resolve().parents[1] / "docs/credit_lab.md").read_text()
+    rows = {"RREDCoT (its YAML)": "rredcot", "RREDCoT, line breaks": "rredcot_lines"}
+    for label, method in rows.items():
+        (line,) = [x for x in page.splitlines() if x.startswith(f"| {label} |")]
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1] == f"{metrics[(method, 'segments_mean')]:.2f}"
+        assert cells[2] == f"{100 * metrics[(method, 'multi_segment_frac')]:.0f}%"
+        assert cells[3] == f"{metrics[(method, 'segments_max')]:.0f}"
+        e = evals[method]
+        loc = [float(e[f"localisation_{k}"]) for k in ("mean", "low", "high")]
+        assert cells[5] == "{:.2f} [{:.2f}, {:.2f}]".format(*loc)
+        assert re.match(r"-?\d\.\d\d", cells[6]) and cells[6].startswith(f"{float(e['spearman_mean']):.2f}")
