@@ -1,8 +1,8 @@
 """Pooled analysis of a sweep's arms: a two-way (seed + method) model, and when pooling is justified.
 
 Layer: experiments (imports ``experiments.stats`` only). Every arm of a method sweep is run on the same
-seeds, so with y[a, s] the metric of arm a on seed s (k arms, n seeds, every arm on every seed) the
-additive model
+seeds; while it runs, the pool is the balanced block (k arms, n seeds, every arm on every seed) that holds
+the most runs (``balanced_block``). With y[a, s] the metric of arm a on seed s the additive model
 
     y[a, s] = mu + method[a] + seed[s] + e[a, s],    e ~ N(0, sigma^2) for every arm
 
@@ -51,6 +51,7 @@ class Pool:
     arms: list[str]  # in the pool, the baseline first
     seeds: list[str]
     excluded: dict[str, str] = field(default_factory=dict)  # arm -> why it is not in the pool
+    seeds_left_out: list[str] = field(default_factory=list)  # the baseline's seeds outside the pool
     df: int = 0
     sigma: float = math.nan  # the residual SD
     statistic: float = math.nan  # Bartlett's T
@@ -86,6 +87,32 @@ def bartlett(ss: list[float], df: int) -> tuple[float, float]:
     return t, float(chi2.sf(t, k - 1))
 
 
+def _seed_order(seed: str) -> tuple[int, str]:
+    return len(seed), seed
+
+
+def balanced_block(seeds: dict[str, set[str]], baseline: str) -> set[str]:
+    """The seeds of the balanced block (arms x seeds, every arm on every seed, the baseline among the arms)
+    that holds the most runs, among ``seeds`` ({arm: the seeds it ran}); ties go to more seeds.
+
+    A sweep in progress is ragged (the baseline a seed ahead, a new arm three behind): pooling on the
+    baseline's seeds would leave out every arm still catching up, and pooling on the seeds every arm ran
+    would throw away the finished arms' runs. The best block's seeds are the seeds some set of arms shares,
+    so the candidates are the baseline's seeds intersected with every subset of the arms' seed sets
+    (closed under intersection as each arm is added; a handful in practice), each taken with every arm
+    that ran all of its seeds.
+    """
+    candidates = {frozenset(seeds[baseline])}
+    for arm_seeds in seeds.values():
+        candidates |= {c & arm_seeds for c in candidates}
+
+    def runs(block: frozenset) -> tuple[int, int]:
+        return sum(block <= s for s in seeds.values()) * len(block), len(block)
+
+    # max keeps the first of equals: of two blocks alike in size, the one on the earlier seeds
+    return set(max(sorted(candidates, key=lambda c: sorted(map(_seed_order, c))), key=runs))
+
+
 def fit_pool(
     values: dict[str, dict[str, float]],
     baseline: str,
@@ -95,17 +122,24 @@ def fit_pool(
     floor: float | None = None,
     heterogeneity_alpha: float = 0.05,
 ) -> Pool:
-    """The pool over ``values`` ({arm: {seed: value}}, the baseline among them) on the baseline's seeds.
+    """The pool over ``values`` ({arm: {seed: value}}, the baseline among them) on ``balanced_block``'s
+    seeds.
 
-    Arms that collapsed or lack one of the baseline's seeds are left out (``Pool.excluded``); pooling is
-    refused with fewer than 3 arms left (two arms: the paired t is the pool), fewer than 2 seeds, no
-    spread, or a Bartlett p below ``heterogeneity_alpha``. The contrasts are filled either way, so a
-    refused pool can still be shown; a verdict uses them only when ``justified``.
+    Arms that collapsed or lack one of those seeds are left out (``Pool.excluded``), and so are the
+    baseline's other seeds (``Pool.seeds_left_out``); pooling is refused with fewer than 3 arms left (two
+    arms: the paired t is the pool), fewer than 2 seeds, no spread, or a Bartlett p below
+    ``heterogeneity_alpha``. The contrasts are filled either way, so a refused pool can still be shown; a
+    verdict uses them only when ``justified``.
     """
     from scipy.stats import t as student
 
-    seeds = sorted(values.get(baseline, {}), key=lambda s: (len(s), s))
+    alive = {
+        arm: set(by_seed) for arm, by_seed in values.items() if not collapsed(list(by_seed.values()), floor)
+    }
+    block = balanced_block(alive, baseline) if baseline in alive else set(values.get(baseline, {}))
+    seeds = sorted(block, key=_seed_order)
     pool = Pool(metric, baseline, [], seeds)
+    pool.seeds_left_out = sorted(set(values.get(baseline, {})) - block, key=_seed_order)
     for arm, by_seed in values.items():
         why = collapsed(list(by_seed.values()), floor)
         missing = [s for s in seeds if s not in by_seed]

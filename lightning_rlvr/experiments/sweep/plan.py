@@ -195,8 +195,8 @@ def pooled_section(entries: Sequence[dict], evidence: Evidence) -> str:
     pct = round(evidence.settings.level * 100)
     lines = [
         "## Pooled analysis\n",
-        "A two-way model (seed + method) over the arms that ran every baseline seed, collapsed arms left "
-        "out: "
+        "A two-way model (seed + method) over the balanced block of arms and seeds (every arm on every "
+        "seed) that holds the most runs, collapsed arms left out: "
         "each comparison gets the pooled residual SD and its (arms - 1)(seeds - 1) degrees of freedom, "
         "instead of the spread of its own few paired differences. Pooling is refused when Bartlett's test "
         "on the arms' residuals finds them scattering unequally (p < 0.05); verdicts then stay paired "
@@ -209,7 +209,13 @@ def pooled_section(entries: Sequence[dict], evidence: Evidence) -> str:
         if not p.arms:
             continue
         scale, _, dec = display(metric)
-        left = "; ".join(f"{a}: {why}" for a, why in p.excluded.items()) or "-"
+        left = [f"{a}: {why}" for a, why in p.excluded.items()]
+        if p.seeds_left_out:
+            some = "s" if len(p.seeds_left_out) > 1 else ""
+            left.append(
+                f"{p.baseline}'s seed{some} {', '.join(p.seeds_left_out)}: not run by every arm pooled"
+            )
+        left = "; ".join(left) or "-"
         said = "yes" if p.justified else f"no: {p.why}"
         bart = "-" if math.isnan(p.p_value) else f"{p.p_value:.3f}"
         row = [", ".join(stratum) or "-", metric, str(len(p.arms)), str(len(p.seeds)), str(p.df)]
