@@ -143,3 +143,21 @@ def test_the_conflicts_flag_lists_each_conflict_and_fails(tmp_path: Path, capsys
     assert capsys.readouterr().out.startswith("SC-GRPO -3.8: [-7.8, +0.1] (README.md)")
     (tmp_path / "docs/a.md").write_text("SC-GRPO: -3.8 [-7.8, +0.1].\n")
     assert findings.main(["--root", str(tmp_path), "--conflicts"]) == 0
+
+
+def test_the_studys_progress_counts_each_arms_finished_seeds(tmp_path: Path) -> None:
+    root = _copy(tmp_path)
+    (root / "sweeps").unlink()
+    shutil.copytree(ROOT / "sweeps", root / "sweeps", symlinks=True, ignore=shutil.ignore_patterns("runs"))
+    table = root / "sweeps/results/study_real/results.csv"
+    lines = table.read_text().splitlines()
+    method = lines[0].split(",").index("method")
+    runs = [line for line in lines[1:] if line.split(",")[method] == "grpo"]
+    planned = len(findings.load_sweep(ROOT / findings.STUDY).grid["seed_everything"])
+    said = findings.seeds_done(root, findings.STUDY)
+    assert f"GRPO {len(runs)}," in said and said.endswith(f"of {planned} seeds finished")
+    table.write_text("\n".join([lines[0], *(line for line in lines[1:] if line != runs[-1])]) + "\n")
+    assert f"GRPO {len(runs) - 1}," in findings.seeds_done(root, findings.STUDY)
+    table.unlink()
+    with pytest.raises(findings.FindingsError, match="study_real/results.csv: not found"):
+        findings.seeds_done(root, findings.STUDY)

@@ -91,13 +91,22 @@ SOURCES = (
         ("sweeps/results/methods_real/results.csv",),
         "24 RL steps",
     ),
+    Source(
+        "SmolLM2 study",
+        "sweeps/study_real.yaml",
+        "sweeps/results/study_real/results.csv",
+        ("sweeps/results/study_real/results.csv",),
+        "keyed sampling, 32 RL steps, 512 test prompts, still running (its seeds below)",
+    ),
 )
 REAL = "sweeps/methods_real.yaml"
+STUDY = "sweeps/study_real.yaml"  # the decisive study: its claims get their own table and README lines
 NAMES = {
     "dapo": "DAPO",
     "dr_grpo": "Dr. GRPO",
     "shear": "SHEAR",
     "sc_grpo": "SC-GRPO",
+    "sc_grpo_own_rate": "SC-GRPO at its own rate",
     "hsd": "HSD",
     "hp_rlvr": "HP-RLVR",
     "rredcot": "RREDCoT",
@@ -150,6 +159,25 @@ def _rows(root: Path, path: str, baseline: str, keep_baseline: bool) -> tuple[li
         if (method == baseline) == keep_baseline:
             out.append({**r, "method": method})
     return out, [file.parent / "runs"]
+
+
+def _results(root: Path, path: Path) -> tuple[list[str], list[dict]]:
+    if not (root / path).is_file():
+        raise FindingsError(f"{path}: not found (the findings read committed sweep results)")
+    return read_results_csv(root / path)
+
+
+def seeds_done(root: Path, path: str) -> str:
+    """How far a running sweep is: each arm's finished seeds, of the seeds its grid plans."""
+    sweep = load_sweep(root / path)
+    _, rows = _results(root, sweep.report_dir / "results.csv")
+    planned = len(sweep.grid.get(sweep.seed_key, []))
+    done: dict[str, int] = {}
+    for r in rows:
+        done[str(r["method"])] = done.get(str(r["method"]), 0) + 1
+    names = {sweep.report.baseline.get("method", ""): "GRPO", **NAMES}
+    arms = [m for m in names if m in done] + [m for m in done if m not in names]
+    return ", ".join(f"{names.get(m, m)} {done[m]}" for m in arms) + f" of {planned} seeds finished"
 
 
 @dataclass
@@ -310,10 +338,10 @@ METRIC_WORDS = {
 
 
 @functools.lru_cache(maxsize=4)
-def _claims(root: Path) -> list[list[str]]:
-    """The real-model sweep's claim rows as its report and plan print them (``claims.claim_rows``)."""
-    sweep = load_sweep(root / REAL)
-    axes, rows = read_results_csv(root / sweep.report_dir / "results.csv")
+def _claims(root: Path, path: str = REAL) -> list[list[str]]:
+    """A real-model sweep's claim rows as its report and plan print them (``claims.claim_rows``)."""
+    sweep = load_sweep(root / path)
+    axes, rows = _results(root, sweep.report_dir / "results.csv")
     evidence = Evidence(axes, rows, sweep.report, read_rates(rows, [root / sweep.report_dir / "runs"]))
     entries = compare_to_baseline(axes, rows, sweep.report)
     out = []
@@ -322,14 +350,19 @@ def _claims(root: Path) -> list[list[str]]:
     return out
 
 
-def claim_table(root: Path) -> str:
-    """docs/results.md's per-claim table of the real-model sweep (the plan's numbers and words)."""
+def claim_table(root: Path, path: str = REAL) -> str:
+    """docs/results.md's per-claim table of a real-model sweep (the plan's numbers and words)."""
     head = ["claim", "compared", "claimed", "measured [95%]", "MDD", "verdict", "rests on", "seeds needed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in _claims(root):
+    for r in _claims(root, path):
         row = [r[0], METRIC_WORDS.get(r[2], r[2]), r[3], r[5], r[7], _claim_verdict(r), r[9], r[10]]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def study_claims(root: Path) -> str:
+    """docs/results.md's table of the decisive study's claims, under how far the study has run."""
+    return f"So far: {seeds_done(root, STUDY)}.\n\n{claim_table(root, STUDY)}"
 
 
 def hsd_table(root: Path) -> str:
@@ -372,6 +405,14 @@ def readme_findings(root: Path) -> str:
     for r in _claims(root):
         what = METRIC_WORDS.get(r[2], r[2])
         out.append(f"  - {r[0]}: claimed {r[3]}, measured {r[5]} in {what}: {_claim_verdict(r)}.")
+    out.append(
+        "- **The decisive study on SmolLM2** (GRPO, SC-GRPO at GRPO's rate and at its own, HSD; keyed "
+        f"sampling, 32 RL steps; still running: {seeds_done(root, STUDY)}; "
+        "[its design](docs/real_study.md), [the table](docs/results.md#the-decisive-study)):"
+    )
+    for r in _claims(root, STUDY):
+        what = METRIC_WORDS.get(r[2], r[2])
+        out.append(f"  - {r[0]}: claimed {r[3]}, measured {r[5]} in {what}: {_claim_verdict(r)}.")
     trained = hsd_counts(root)[2:]  # the tiny model's and SmolLM2's start come first (HSD_TABLES)
     held = [c for _, c, _, g, h in trained if binomial_p(h, g) < CHANCE_ALPHA and 2 * h > g]
     out.append(
@@ -388,6 +429,7 @@ BLOCKS = {
     ("README.md", "readme"): readme_findings,
     ("docs/results.md", "glance"): at_a_glance,
     ("docs/results.md", "claims"): claim_table,
+    ("docs/results.md", "study"): study_claims,
     ("docs/results.md", "hsd"): hsd_table,
 }
 
