@@ -10,6 +10,7 @@ import pytest
 
 from lightning_rlvr.experiments.sweep import choice
 from lightning_rlvr.experiments.sweep.checks import SweepError
+from lightning_rlvr.experiments.sweep.claims import claim_rows, parse_claims
 from lightning_rlvr.experiments.sweep.comparison import compare_to_baseline
 from lightning_rlvr.experiments.sweep.plan import Evidence, lr_of_spec, rates_section, read_rates
 from lightning_rlvr.experiments.sweep.spec import ReportSettings, load_sweep
@@ -112,3 +113,87 @@ def test_rates_come_from_overrides_over_config_files_and_unmatched_ones_are_flag
     # a run without a spec says nothing about rates, so its comparison makes no rate statement
     del rates["same__seed=2"]
     assert "rate" not in Evidence(axes, rows, settings, rates).basis(entries[0])
+
+
+def _tuned_world(tmp_path, sc_scores: str) -> tuple:
+    """A tuning sweep (grpo best at 2e-4; sc by ``sc_scores`` over 1e-4..8e-4) and a study whose
+    ``sc_own`` arm is sc.yaml at 4e-4 against grpo at 2e-4; returns (study sweep, axes, rows)."""
+    (tmp_path / "base.yaml").write_text("trainer:\n  max_steps: 2\n")
+    for name in ("grpo", "sc"):
+        (tmp_path / f"{name}.yaml").write_text(f"# {name}\n")
+    grid = "grid:\n  config:method: [grpo.yaml, sc.yaml]\n  model.lr: [1.0e-4, 2.0e-4, 4.0e-4, 8.0e-4]\n"
+    (tmp_path / "tune.yaml").write_text(
+        f"name: tune\nreport_dir: tune_results\nconfigs: [base.yaml]\n{grid}  seed_everything: [0]\n"
+        "report:\n  choose: model.lr\n  compare: [val/pass@1_final]\n"
+    )
+    text = "run_id,method,model.lr,seed,val/pass@1_final\n"
+    for method, scores in (("grpo", "0.30 0.45 0.40 0.20"), ("sc", sc_scores)):
+        for lr, score in zip(("1e-4", "2e-4", "4e-4", "8e-4"), scores.split()):
+            text += f"{method}__lr={lr}__seed=0,{method},{lr},0,{score}\n"
+    (tmp_path / "tune_results").mkdir(exist_ok=True)
+    (tmp_path / "tune_results" / "results.csv").write_text(text)
+    (tmp_path / "study.yaml").write_text(
+        "name: study\nconfigs: [base.yaml]\noverrides:\n  model.lr: 2.0e-4\n"
+        "grid:\n  config:method: [grpo.yaml, sc.yaml, {sc_own: sc.yaml}]\n  seed_everything: [1, 2]\n"
+        "axis_overrides:\n  method:\n    sc_own: {model.lr: 4.0e-4}\n"
+        "report:\n  baseline: grpo\n  claims:\n"
+        "    - {cell: sc_own, metric: test/pass@1, effect: 0.05, tuned_in: tune.yaml}\n"
+    )
+    axes, rows = read_rows(
+        "run_id,method,seed,test/pass@1\n"
+        + "".join(f"{m}__seed={s},{m},{s},0.{s}{len(m)}\n" for m in ("grpo", "sc_own") for s in (1, 2)),
+        tmp_path,
+    )
+    return load_sweep(tmp_path / "study.yaml"), axes, rows
+
+
+@pytest.mark.parametrize(
+    "sc_scores, own_rate, says",
+    [
+        # sc.yaml's bracketed choice is 4e-4, the rate sc_own ran at: the two arms' own tuned rates
+        (
+            "0.20 0.30 0.50 0.40",
+            "0.0004",
+            "(df 1), each at its own tuned rate: 0.0004 vs 0.0002, chosen and bracketed in tune",
+        ),
+        # the same choice, but sc_own ran at 8e-4: not the tuned rate
+        (
+            "0.20 0.30 0.50 0.40",
+            "0.0008",
+            "rates differ: 0.0008 vs 0.0002 (tune chose 0.0004 for sc_own, not 0.0008)",
+        ),
+        # sc.yaml's best is the largest rate tried: not bracketed, so nothing was chosen
+        ("0.20 0.30 0.40 0.50", "0.0004", "rates differ: 0.0004 vs 0.0002 (tune chose no rate for sc_own)"),
+    ],
+)
+def test_unmatched_rates_count_as_tuned_only_where_the_tuning_sweep_chose_both(
+    tmp_path, monkeypatch, sc_scores, own_rate, says
+):
+    monkeypatch.chdir(tmp_path)
+    study, axes, rows = _tuned_world(tmp_path, sc_scores)
+    rates = {r["run_id"]: own_rate if r["method"] == "sc_own" else "0.0002" for r in rows}
+    entry = compare_to_baseline(axes, rows, study.report)[0]
+    assert entry["cell"] == {"method": "sc_own"}
+    evidence = Evidence(axes, rows, study.report, rates, sweep=study)
+    assert says in evidence.basis(entry, study.report.claims[0].tuned_in)
+    assert "rates differ: " + own_rate in evidence.basis(entry)  # without tuned_in: unmatched, as before
+    # the claim table's basis is the same words
+    row = claim_rows(study.report.claims[0], [entry], 0.95, 0.8, evidence)[0]
+    assert says in row[9]
+
+
+def test_a_tuned_in_that_tunes_no_rate_or_is_not_a_sweep_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    study, axes, rows = _tuned_world(tmp_path, "0.20 0.30 0.50 0.40")
+    rates = {r["run_id"]: "0.0004" if r["method"] == "sc_own" else "0.0002" for r in rows}
+    entry = compare_to_baseline(axes, rows, study.report)[0]
+    said = Evidence(axes, rows, study.report, rates, sweep=study).basis(entry, "study.yaml")
+    assert "rates differ: 0.0004 vs 0.0002 (tuned rates unknown: study.yaml: report.choose is None" in said
+    assert "no sweep file given" in Evidence(axes, rows, study.report, rates).basis(entry, "tune.yaml")
+    (tmp_path / "tune_results" / "results.csv").unlink()
+    said = Evidence(axes, rows, study.report, rates, sweep=study).basis(entry, "tune.yaml")
+    assert "results.csv: not found" in said and "rates differ" in said
+    with pytest.raises(ValueError, match=r"claims\[0\]: tuned_in must be the path of a tuning sweep file"):
+        parse_claims(
+            [{"cell": "a", "metric": "m", "direction": "higher", "tuned_in": 3}], {"x": ["a"]}, ["m"]
+        )

@@ -342,7 +342,8 @@ def _claims(root: Path, path: str = REAL) -> list[list[str]]:
     """A real-model sweep's claim rows as its report and plan print them (``claims.claim_rows``)."""
     sweep = load_sweep(root / path)
     axes, rows = _results(root, sweep.report_dir / "results.csv")
-    evidence = Evidence(axes, rows, sweep.report, read_rates(rows, [root / sweep.report_dir / "runs"]))
+    rates = read_rates(rows, [root / sweep.report_dir / "runs"])
+    evidence = Evidence(axes, rows, sweep.report, rates, sweep=sweep, root=root)
     entries = compare_to_baseline(axes, rows, sweep.report)
     out = []
     for claim in sweep.report.claims:

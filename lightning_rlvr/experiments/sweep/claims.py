@@ -13,6 +13,8 @@ report for a cell against the report's baseline, read from the same paired-by-se
           relative: true                 # ... as a fraction of the baseline's mean: "+8.1% over GRPO"
           source: "avg@8 +8.1% over GRPO (Qwen3-8B)"
         - {cell: hsd, metric: test/pass@1, direction: higher, source: "best on terse-answer tasks"}
+        - {cell: sc_grpo_own_rate, metric: test/pass@1, effect: 0.081, relative: true,
+           tuned_in: sweeps/lr_tuning_real.yaml}   # the two arms at different rates, each its tuned one
 
 ``effect`` is in the metric's own units (a fraction for pass@k: +1.6 points is 0.016); a claim with no
 size gives only ``direction`` (higher or lower). Relative effects scale by the baseline's mean over the
@@ -28,6 +30,10 @@ With d the paired differences (cell - baseline) and their interval at the report
 - **undecided**: anything else, with the seeds the paired t-test would need to detect the claimed
   effect (without a size: the observed mean difference) at the report's power, given the measured
   spread of d. That is an estimate: the spread of 3 seeds is itself uncertain.
+
+A claim whose cell ran at another learning rate than its baseline names ``tuned_in``, the tuning sweep
+that chose both rates; its basis then says "each at its own tuned rate" only when that sweep chose and
+bracketed exactly those rates (``tuned_rates``), and "rates differ" otherwise.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from typing import Any
 
 from ..verdicts import MOST_SEEDS, basis, decide, display, hours, no_spread
 
-CLAIM_KEYS = {"cell", "metric", "effect", "relative", "direction", "source"}
+CLAIM_KEYS = {"cell", "metric", "effect", "relative", "direction", "source", "tuned_in"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,7 @@ class Claim:
     effect: float | None = None  # signed, in the metric's units (or a fraction of the baseline's mean)
     relative: bool = False
     source: str = ""
+    tuned_in: str = ""  # a tuning sweep that chose both arms' rates, when they differ (``tuned_rates``)
 
 
 def parse_claims(raw: Any, axes: dict[str, list[str]], compare: Sequence[str]) -> list[Claim]:
@@ -93,7 +100,10 @@ def parse_claims(raw: Any, axes: dict[str, list[str]], compare: Sequence[str]) -
         relative = entry.get("relative", False)
         if not isinstance(relative, bool) or (relative and effect is None):
             raise ValueError(f"{where}: relative must be true or false, and needs an effect")
-        claims.append(Claim(cell, metric, sign, effect, relative, str(entry.get("source", ""))))
+        tuned_in = entry.get("tuned_in", "")
+        if not isinstance(tuned_in, str) or (tuned_in and not tuned_in.endswith((".yaml", ".yml"))):
+            raise ValueError(f"{where}: tuned_in must be the path of a tuning sweep file, got {tuned_in!r}")
+        claims.append(Claim(cell, metric, sign, effect, relative, str(entry.get("source", "")), tuned_in))
     return claims
 
 
@@ -162,7 +172,7 @@ def claim_rows(
         cell = ", ".join(map(str, e["cell"].values()))
         c, rests, cost, budget, collapsed = e["comparison"], basis(e["comparison"]), None, None, ""
         if evidence is not None:
-            c, rests = evidence.comparison(e), evidence.basis(e)
+            c, rests = evidence.comparison(e), evidence.basis(e, claim.tuned_in)
             cost, budget, collapsed = evidence.seed_cost_s(e), evidence.budget_s, evidence.collapsed(e)
         said, effect = judge(claim, c, e["baseline_mean"], power, 1 - level, cost, budget)
         said = f"undecided (the cell {collapsed})" if collapsed else said + capped_note(e)

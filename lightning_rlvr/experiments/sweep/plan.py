@@ -6,7 +6,8 @@ on beyond one paired comparison: the pooled analysis of each metric over the swe
 (``experiments.pooled``; used where pooling is justified), the measured cost of a run of each cell
 (``fit_s + test_s`` of its finished runs: job time, so it includes waiting on whatever else the machine
 ran), each run's learning rate (``model.lr`` from its ``spec.json``: overrides over config files over
-``RLVRModule``'s default) and the sweep's ``report.budget_hours``. The report's claims, pooled and rates
+``RLVRModule``'s default; ``tuned_rates`` says whether unmatched rates were each arm's tuned one) and the
+sweep's ``report.budget_hours``. The report's claims, pooled and rates
 sections and ``lightning-rlvr-sweep SWEEP --plan [--pilot results.csv]`` read it, so both use one
 vocabulary (``experiments.verdicts``). Seeds needed cost that many runs of the cell *and* of its baseline.
 """
@@ -26,7 +27,8 @@ from ..pooled import Pool, collapsed, fit_pool
 from ..verdicts import basis, decide, display, hours, is_fraction
 from .claims import claim_rows, comparison_cells, needed_cell
 from .rows import TO_TARGET
-from .spec import SPEC, ReportSettings
+from .spec import SPEC, ReportSettings, Sweep
+from .tuned_rates import tuned_basis
 
 
 def lr_of_spec(path: Path) -> str | None:
@@ -89,8 +91,11 @@ class Evidence:
         settings: ReportSettings,
         rates: dict[str, str] | None = None,
         heterogeneity_alpha: float = 0.05,
+        sweep: Sweep | None = None,
+        root: Path = Path("."),
     ) -> None:
         self.axes, self.rows, self.settings, self.rates = axes, list(rows), settings, rates or {}
+        self.sweep, self.root = sweep, root
         self.arm_axes = [a for a in axes if a in settings.baseline]
         self.budget_s = None if settings.budget_hours is None else settings.budget_hours * 3600
         self.pools: dict[tuple[tuple, str], Pool] = {}
@@ -149,9 +154,17 @@ class Evidence:
             pair.append(found.pop())
         return pair[0], pair[1]
 
-    def basis(self, entry: dict) -> str:
-        """What the entry's verdict rests on: seeds, pooled or paired (and why not pooled), rates."""
-        text = basis(self.comparison(entry), self.rate_pair(entry))
+    def basis(self, entry: dict, tuned_in: str = "") -> str:
+        """What the entry's verdict rests on: seeds, pooled or paired (and why not pooled), rates; where
+        the rates differ and ``tuned_in`` names a tuning sweep, whether it chose both (``tuned_rates``)."""
+        pair = self.rate_pair(entry)
+        text = basis(self.comparison(entry), pair)
+        if tuned_in and pair is not None and pair[0] != pair[1]:
+            tuned, words = False, "tuned rates unknown: no sweep file given"
+            if self.sweep is not None:
+                cells = (entry["cell"], self._baseline_cell(entry["cell"]))
+                tuned, words = tuned_basis(self.sweep, cells, pair, tuned_in, self.root)
+            text = f"{basis(self.comparison(entry))}, {words}" if tuned else f"{text} ({words})"
         pool = self.pool(entry)
         if pool is not None and not pool.justified and len(pool.arms) > 2 and pool.why:
             text += f"; not pooled: {pool.why}"

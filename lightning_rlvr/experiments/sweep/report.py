@@ -179,7 +179,8 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
         if prompts:
             text += ["## Prompt by prompt: evaluation and training noise\n", prompts]
         entries = compare_to_baseline(axes, rows + included, settings)  # the verdicts' parts: plan.py
-        evidence = Evidence(axes, rows + included, settings, read_rates(rows, [sweep.out, out / "runs"]))
+        rates = read_rates(rows, [sweep.out, out / "runs"])
+        evidence = Evidence(axes, rows + included, settings, rates, sweep=sweep)
         text += [pooled_section(entries, evidence), rates_section(entries, evidence)]
         if settings.claims:
             text.append(claims_section(settings.claims, entries, settings.level, settings.power, evidence))

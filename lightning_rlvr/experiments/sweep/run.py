@@ -237,7 +237,7 @@ def print_plan(sweep: Sweep, pilot: str | None) -> int:
         except (OSError, UnicodeDecodeError, ValueError, csv.Error) as err:
             raise ValueError(f"not a results.csv ({err})") from None
         dirs = [path.parent / "runs", sweep.out, sweep.report_dir / "runs"]
-        evidence = Evidence(axes, rows, sweep.report, read_rates(rows, dirs))
+        evidence = Evidence(axes, rows, sweep.report, read_rates(rows, dirs), sweep=sweep)
         check_pilot(axes, columns, rows, sweep.report, evidence)
         entries = compare_to_baseline(axes, rows, sweep.report)
     except ValueError as err:
