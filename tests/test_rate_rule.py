@@ -197,3 +197,15 @@ def test_a_tuned_in_that_tunes_no_rate_or_is_not_a_sweep_says_so(tmp_path, monke
         parse_claims(
             [{"cell": "a", "metric": "m", "direction": "higher", "tuned_in": 3}], {"x": ["a"]}, ["m"]
         )
+
+
+def test_the_rates_section_names_the_tuning_behind_an_unmatched_pair(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    study, axes, rows = _tuned_world(tmp_path, "0.20 0.30 0.50 0.40")
+    rates = {r["run_id"]: "0.0004" if r["method"] == "sc_own" else "0.0002" for r in rows}
+    entries = compare_to_baseline(axes, rows, study.report)
+    section = rates_section(entries, Evidence(axes, rows, study.report, rates, sweep=study))
+    assert "- sc_own: model.lr 0.0004 against the baseline's 0.0002 (each at its own tuned rate" in section
+    rates = {r: "0.0008" if r.startswith("sc_own") else lr for r, lr in rates.items()}
+    section = rates_section(entries, Evidence(axes, rows, study.report, rates, sweep=study))
+    assert "0.0008 against the baseline's 0.0002 (tune chose 0.0004 for sc_own, not 0.0008)" in section

@@ -160,15 +160,20 @@ class Evidence:
         pair = self.rate_pair(entry)
         text = basis(self.comparison(entry), pair)
         if tuned_in and pair is not None and pair[0] != pair[1]:
-            tuned, words = False, "tuned rates unknown: no sweep file given"
-            if self.sweep is not None:
-                cells = (entry["cell"], self._baseline_cell(entry["cell"]))
-                tuned, words = tuned_basis(self.sweep, cells, pair, tuned_in, self.root)
+            tuned, words = self.tuned(entry, pair, tuned_in)
             text = f"{basis(self.comparison(entry))}, {words}" if tuned else f"{text} ({words})"
         pool = self.pool(entry)
         if pool is not None and not pool.justified and len(pool.arms) > 2 and pool.why:
             text += f"; not pooled: {pool.why}"
         return text
+
+    def tuned(self, entry: dict, pair: tuple[str, str], tuned_in: str) -> tuple[bool, str]:
+        """Whether the entry's cell and baseline ran at the rates (``pair``) the tuning sweep ``tuned_in``
+        chose for them, and the words for it (``tuned_rates.tuned_basis``)."""
+        if self.sweep is None:
+            return False, "tuned rates unknown: no sweep file given"
+        cells = (entry["cell"], self._baseline_cell(entry["cell"]))
+        return tuned_basis(self.sweep, cells, pair, tuned_in, self.root)
 
     def seed_cost_s(self, entry: dict) -> float | None:
         """Job seconds of one more seed of the cell and its baseline: each one's mean fit_s + test_s."""
@@ -269,9 +274,12 @@ def rates_section(entries: Sequence[dict], evidence: Evidence) -> str:
         pair = evidence.rate_pair(e)
         known += pair is not None
         if pair is not None and pair[0] != pair[1]:
-            flagged.append(
-                f"- {', '.join(map(str, key))}: model.lr {pair[0]} against the baseline's {pair[1]}"
-            )
+            line = f"- {', '.join(map(str, key))}: model.lr {pair[0]} against the baseline's {pair[1]}"
+            for claim in evidence.settings.claims:  # a claim that names the tuning behind the two rates
+                if claim.tuned_in and all(e["cell"].get(a) == v for a, v in claim.cell.items()):
+                    line += f" ({evidence.tuned(e, pair, claim.tuned_in)[1]})"
+                    break
+            flagged.append(line)
     if not known:
         return ""
     head = "## Learning rates\n\nEach arm's `model.lr` as its runs' `spec.json` records it. "
