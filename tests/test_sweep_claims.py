@@ -14,7 +14,15 @@ from lightning_rlvr.experiments.pooled import fit_pool
 from lightning_rlvr.experiments.stats import paired_comparison, seeds_needed, t_power
 from lightning_rlvr.experiments.sweep import report as rep
 from lightning_rlvr.experiments.sweep.checks import SweepError
-from lightning_rlvr.experiments.sweep.claims import Claim, claims_section, judge, parse_claims
+from lightning_rlvr.experiments.sweep.claims import (
+    Claim,
+    all_claim_rows,
+    claim_rows,
+    claims_section,
+    holm,
+    judge,
+    parse_claims,
+)
 from lightning_rlvr.experiments.sweep.spec import expand, load_sweep
 from tests.test_sweep_report import fake_finished_run
 
@@ -210,3 +218,48 @@ def test_the_report_judges_each_claim_from_the_paired_runs(tmp_path, monkeypatch
     # +50% of grpo's 0.50 is +25 points, far above flat's interval
     assert rows["flat"].startswith("| paper: +50% | flat | test/pass@1 | +25.0 (+50.0%) | 3 | +0.3 [")
     assert f"| {flat.mdd * 100:.1f} | not reproduced | 3 seeds, pooled over 3 arms (df 4) |" in rows["flat"]
+
+
+@pytest.mark.parametrize(
+    "ps, adjusted",
+    [
+        ([0.01, 0.04, 0.03], [0.03, 0.06, 0.06]),  # 3 x 0.01; 2 x 0.03; 1 x 0.04 raised to the 0.06 before it
+        ([0.5, 0.01], [0.5, 0.02]),
+        ([0.6, 0.7], [1.0, 1.0]),  # capped at 1, and never below the step before
+        ([0.02], [0.02]),
+    ],
+)
+def test_holm_adjusts_step_down(ps, adjusted):
+    assert holm(ps) == pytest.approx(adjusted)
+
+
+def _entry(cell: str, diffs: list[float]) -> dict:
+    return {"cell": {"method": cell}, "metric": "test/pass@1", "comparison": _c(diffs), "unpaired": []} | {
+        "baseline_mean": 0.5
+    }
+
+
+def test_a_verdict_that_does_not_survive_holm_over_the_sweeps_claims_says_so():
+    from scipy.stats import t
+
+    better = _entry("x", [0.03, 0.05, 0.07])  # mean 0.05, se 0.02 / sqrt 3: t 4.33, p 0.049 on df 2
+    unsure = _entry("y", [-0.05, 0.0, 0.08])  # interval around 0 and +0.05: undecided
+    not_rep = _entry("z", [-0.01, 0.0, 0.01])  # excludes the claimed +0.05 (t 8.7 against it), not 0
+    claims = [Claim({"method": m}, "test/pass@1", 1, 0.05) for m in ("x", "y", "z")]
+    alone = [row for c in claims for row in claim_rows(c, [better, unsure, not_rep], 0.95, 0.8)]
+    assert [r[8] for r in alone] == ["better, as claimed", alone[1][8], "not reproduced"]
+    assert alone[1][8].startswith("undecided")
+    p_x = better["comparison"].p_value
+    p_z = float(2 * t.sf(0.05 / (0.01 / math.sqrt(3)), 2))  # against the claimed effect, not 0
+    p_y = unsure["comparison"].p_value
+    assert p_x < 0.05 and p_z < 0.05 < p_y
+    rows = all_claim_rows(claims, [better, unsure, not_rep], 0.95, 0.8)
+    # Holm: z first (3 x p_z < 0.05 holds), then x (2 x p_x > 0.05 fails)
+    assert 3 * p_z < 0.05 < 2 * p_x
+    assert rows[0][8] == f"better, as claimed; not after Holm's correction over 3 claims (p {2 * p_x:.3f})"
+    assert rows[1][8] == alone[1][8] and rows[2][8] == "not reproduced"
+    # one claim alone is not corrected, and the report's table carries the corrected words
+    assert all_claim_rows(claims[:1], [better], 0.95, 0.8)[0][8] == "better, as claimed"
+    assert "not after Holm's correction over 3 claims" in claims_section(
+        claims, [better, unsure, not_rep], 0.95, 0.8
+    )

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .figure_conflicts import conflicts
-from .sweep.claims import claim_rows
+from .sweep.claims import all_claim_rows
 from .sweep.comparison import compare_to_baseline
 from .sweep.plan import Evidence, read_rates
 from .sweep.rows import read_results_csv
@@ -339,16 +339,13 @@ METRIC_WORDS = {
 
 @functools.lru_cache(maxsize=4)
 def _claims(root: Path, path: str = REAL) -> list[list[str]]:
-    """A real-model sweep's claim rows as its report and plan print them (``claims.claim_rows``)."""
+    """A real-model sweep's claim rows as its report and plan print them (``claims.all_claim_rows``)."""
     sweep = load_sweep(root / path)
     axes, rows = _results(root, sweep.report_dir / "results.csv")
     rates = read_rates(rows, [root / sweep.report_dir / "runs"])
     evidence = Evidence(axes, rows, sweep.report, rates, sweep=sweep, root=root)
     entries = compare_to_baseline(axes, rows, sweep.report)
-    out = []
-    for claim in sweep.report.claims:
-        out += claim_rows(claim, entries, sweep.report.level, sweep.report.power, evidence)
-    return out
+    return all_claim_rows(sweep.report.claims, entries, sweep.report.level, sweep.report.power, evidence)
 
 
 def claim_table(root: Path, path: str = REAL) -> str:

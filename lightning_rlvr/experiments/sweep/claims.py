@@ -43,7 +43,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..verdicts import MOST_SEEDS, basis, decide, display, hours, no_spread
+from ..stats import t_quantile
+from ..verdicts import MOST_SEEDS, NOT_REPRODUCED, basis, decide, display, hours, no_spread
 
 CLAIM_KEYS = {"cell", "metric", "effect", "relative", "direction", "source", "tuned_in"}
 
@@ -132,7 +133,8 @@ NOTE = (
     "measured spread (an estimate: the spread of a few seeds is itself uncertain), or **not testable "
     "within budget** when those seeds of the cell and its baseline cost more than `report.budget_hours` "
     "at the runs' measured cost. A relative claim is scaled by the baseline's mean on the paired seeds. "
-    "Accuracies are in points.\n"
+    "With several claims, a verdict whose interval excludes 0 (or the claimed effect) but whose "
+    "Holm-adjusted p (over the claims tested) does not reach the level says so. Accuracies are in points.\n"
 )
 
 
@@ -148,16 +150,53 @@ def claims_section(
     header = ["claim", "cell", "metric", "claimed", "seeds", f"measured [{pct}% interval]", "p", "MDD"]
     header += ["verdict", "rests on", "seeds needed (job time)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for claim in claims:
-        for row in claim_rows(claim, entries, level, power, evidence):
-            lines.append("| " + " | ".join(row) + " |")
+    for row in all_claim_rows(claims, entries, level, power, evidence):
+        lines.append("| " + " | ".join(row) + " |")
     return "## Paper claims\n\n" + NOTE + "\n" + "\n".join(lines) + "\n"
+
+
+def holm(ps: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given: the i-th smallest p times (m - i + 1),
+    never below the one before it, capped at 1."""
+    out, running = [0.0] * len(ps), 0.0
+    for rank, i in enumerate(sorted(range(len(ps)), key=lambda j: ps[j])):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def all_claim_rows(
+    claims: Sequence[Claim], entries: Sequence[dict], level: float, power: float, evidence: Any = None
+) -> list[list[str]]:
+    """Every claim's rows (``claim_rows``), corrected for testing several: with m claims tested, a verdict
+    whose test passes (the interval excludes 0, or the claimed effect for "not reproduced":
+    ``deciding_p`` below 1 - level) but whose Holm-adjusted p does not says so, so a sweep of six claims
+    does not call one decided at p 0.048."""
+    found = [item for claim in claims for item in _rows_and_p(claim, entries, level, power, evidence)]
+    tested = [i for i, (_, p) in enumerate(found) if p is not None and math.isfinite(p)]
+    rows = [row for row, _ in found]
+    if len(tested) < 2:
+        return rows
+    alpha = 1 - level
+    for i, adjusted in zip(tested, holm([found[i][1] for i in tested])):
+        said = rows[i][8]
+        if found[i][1] < alpha <= adjusted and not said.startswith("undecided"):
+            rows[i][8] = f"{said}; not after Holm's correction over {len(tested)} claims (p {adjusted:.3f})"
+    return rows
 
 
 def claim_rows(
     claim: Claim, entries: Sequence[dict], level: float, power: float, evidence: Any = None
 ) -> list[list[str]]:
-    """The claims table's rows of one claim: one per matching comparison entry, or one saying none ran."""
+    """The claims table's rows of one claim: one per matching comparison entry, or one saying none ran
+    (uncorrected for the sweep's other claims: ``all_claim_rows`` corrects)."""
+    return [row for row, _ in _rows_and_p(claim, entries, level, power, evidence)]
+
+
+def _rows_and_p(
+    claim: Claim, entries: Sequence[dict], level: float, power: float, evidence: Any = None
+) -> list[tuple[list[str], float | None]]:
+    """``claim_rows``' rows, each with its comparison's p-value (None where no comparison ran)."""
     matched = [
         e
         for e in entries
@@ -166,7 +205,7 @@ def claim_rows(
     if not matched:
         cell = ", ".join(claim.cell.values())
         row = ["-", "0", "-", "-", "-", "undecided (no run of this cell and its baseline yet)", "-", "-"]
-        return [[claim.source or "-", cell, claim.metric, *row]]
+        return [([claim.source or "-", cell, claim.metric, *row], None)]
     out = []
     for e in matched:
         cell = ", ".join(map(str, e["cell"].values()))
@@ -184,10 +223,32 @@ def claim_rows(
         )
         measured, p, mdd = comparison_cells(c, scale, dec)
         need = needed_cell(claim.metric, c, effect, claim.direction, power, 1 - level, cost)
-        out.append(
-            [claim.source or "-", cell, claim.metric, claimed, str(c.n), measured, p, mdd, said, rests, need]
-        )
+        row = [
+            claim.source or "-",
+            cell,
+            claim.metric,
+            claimed,
+            str(c.n),
+            measured,
+            p,
+            mdd,
+            said,
+            rests,
+            need,
+        ]
+        out.append((row, deciding_p(c, effect, said, level) if c.n >= 2 and not no_spread(c) else None))
     return out
+
+
+def deciding_p(c: Any, effect: float | None, said: str, level: float) -> float:
+    """The p-value of the test a claim's verdict rests on: against the claimed effect for "not
+    reproduced" (its interval excludes the effect), against 0 for every other verdict."""
+    if not said.startswith(NOT_REPRODUCED) or effect is None:
+        return c.p_value
+    from scipy.stats import t as student
+
+    se = (c.high - c.low) / 2 / t_quantile(c.df, 0.5 + level / 2)
+    return float(2 * student.sf(abs(c.diff - effect) / se, c.df)) if se > 0 else 0.0
 
 
 def needed_cell(

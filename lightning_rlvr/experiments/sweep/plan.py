@@ -25,7 +25,7 @@ import yaml
 
 from ..pooled import Pool, collapsed, fit_pool
 from ..verdicts import basis, decide, display, hours, is_fraction
-from .claims import claim_rows, comparison_cells, needed_cell
+from .claims import all_claim_rows, comparison_cells, needed_cell
 from .rows import TO_TARGET
 from .spec import SPEC, ReportSettings, Sweep
 from .tuned_rates import tuned_basis
@@ -312,9 +312,8 @@ def plan_text(entries: Sequence[dict], evidence: Evidence, source: str, sweep_na
         header = ["claim", "cell", "metric", "claimed", "seeds", f"measured [{pct}%]", "p", "MDD"]
         header += ["verdict", "rests on", "seeds needed (job time)"]
         out += ["## Claims\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for claim in s.claims:
-            for row in claim_rows(claim, entries, s.level, s.power, evidence):
-                out.append("| " + " | ".join(row) + " |")
+        for row in all_claim_rows(s.claims, entries, s.level, s.power, evidence):
+            out.append("| " + " | ".join(row) + " |")
         out.append("")
     header = ["cell", "metric", "seeds", "difference", "MDD", "verdict", "rests on"]
     header += ["seeds to detect the difference (job time)", "a seed costs"]
