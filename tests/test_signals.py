@@ -260,3 +260,51 @@ def test_without_a_signal_a_check_only_records_where_the_run_is():
         stop.check("in a supervised step")
         assert stop.place() == "in a supervised step during the warm start"
     assert stop.requested() is None
+
+
+class _CountingTask:
+    """A task whose verifier counts its calls (the stop must come before a verifier starts)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def check(self, completion, problem):
+        from lightning_rlvr.core.problem import Verdict
+
+        self.calls += 1
+        return Verdict(1.0)
+
+
+def test_a_stop_reaches_the_scorer_and_the_verifiers_between_their_pieces():
+    from lightning_rlvr.core.problem import Problem
+    from lightning_rlvr.tasks.base import Task, safe_check
+    from tests.test_teacher_context import COMPLETIONS, PROMPTS, make_rollout, make_scorer
+
+    rollout = make_rollout(PROMPTS, COMPLETIONS, [0, 0, 1, 1], [1, 0, 0, 1])
+    sequences = [torch.tensor(p + c) for p, c in zip(PROMPTS, COMPLETIONS)]
+    task = _CountingTask()
+    task.check_batch = Task.check_batch.__get__(task)
+    stop.reset()
+    try:
+        assert len(make_scorer(rollout).sequence_logprobs(sequences, [2] * 4)) == 4  # no request: it runs
+        assert [v.reward for v, _ in task.check_batch(["a", "b"], [Problem("p", "1")] * 2)] == [1.0, 1.0]
+        stop._handle(signal.SIGTERM, None)  # what the installed handler does on the first signal
+        passes = {
+            "a policy pass": lambda s: s.policy(),
+            "sequence log-probs": lambda s: s.sequence_logprobs(sequences, [2] * 4),
+            "continuation log-probs": lambda s: s.continuation_logprobs(
+                [sequences[0]], [(0, 2, torch.tensor([4, 5]))], [2]
+            ),
+        }
+        for what, run in passes.items():
+            with pytest.raises(stop.StopRequested, match="stopped by SIGTERM in a scoring pass") as err:
+                run(make_scorer(rollout))
+            assert err.value.exit_code == 143, what
+        calls = task.calls
+        with pytest.raises(stop.StopRequested, match="while verifying completions"):
+            task.check_batch(["a", "b"], [Problem("p", "1")] * 2)
+        with pytest.raises(stop.StopRequested, match="while verifying completions"):
+            safe_check(task, "a", Problem("p", "1"))  # what parallel verifiers call for each completion
+        assert task.calls == calls  # not one verifier started after the request
+    finally:
+        stop.reset()

@@ -2,8 +2,8 @@
 
 Layer: ``cli`` (above ``checkpoint_files``). ``main`` runs the command inside ``stop_on_signals``: the signals
 only raise a flag (``core/stop.py``), the run stops at its next safe point (the next generated token,
-update micro-batch or warm-start step), and the process exits with one line and 128 + the signal's
-number (130 for SIGINT, 143 for SIGTERM)::
+update or scoring micro-batch, verifier or warm-start step), and the process exits with one line and
+128 + the signal's number (130 for SIGINT, 143 for SIGTERM)::
 
     lightning-rlvr: stopped by SIGTERM while generating tokens during validation at step 12; the last
     checkpoint, runs/quickstart/checkpoints/last.ckpt, is at step 12 (0 steps behind): run the same

@@ -2,11 +2,12 @@
 
 Layer: ``core`` (imports nothing from the package). ``install`` replaces the handlers of those signals
 with one that only records the request; the long loops call ``check(where)`` at every safe point
-(between generated tokens, between micro-batches of the update, between warm-start steps), which raises
+(between generated tokens, between micro-batches of the update and of a scoring pass, between warm-start
+steps, before each completion's verifier), which raises
 ``StopRequested`` once a stop was asked for. Nothing is interrupted half-way through a write, and no
 ``except Exception`` swallows the stop (it is a ``BaseException``, like ``KeyboardInterrupt``).
 
-A run that reaches no check within ``grace_s`` (inside a long C call, a verifier, a model download)
+A run that reaches no check within ``grace_s`` (inside a long C call, one slow verifier, a model download)
 is ended by a watchdog thread with ``os._exit`` after ``on_overdue`` has said so; a second signal ends
 it at once the same way. Every file the project writes is atomic, so either way a reader finds the
 previous version or the new one.

@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..core import stop
 from ..core.distributed import max_over_ranks, world_size
 from ..core.rollout import Rollout
 from ..core.tensors import left_pad
@@ -59,6 +60,8 @@ from .mode import _scoring
 from .packing import MicroBatch, causal_lm_forward, micro_batches, place, shares_prompts, token_chunks
 from .packing import forward as packed_forward
 from .prefix_scoring import suffix_logits, supports_prefix_cache
+
+SCORING = "in a scoring pass"  # where a stop signal finds the run (core/stop.py)
 
 
 @dataclass
@@ -144,6 +147,7 @@ class Scorer(CompareViews):
 
         def run():
             for mb in batches:
+                stop.check(SCORING)  # a stop signal ends the run here (core/stop.py)
                 logits, states = packed_forward(self.model, r, mb, hidden=hidden)  # [m, T_m, V], [m, T_m, H]
                 self.forward_tokens += int(r.prompt_mask[mb.rows].sum() + r.completion_mask[mb.rows].sum())
                 yield mb, logits, states
@@ -300,6 +304,7 @@ class Scorer(CompareViews):
         results: list[Tensor] = []
         pad = self.rollout.pad_id
         for chunk in torch.arange(len(items)).split(self.micro_batch_size):
+            stop.check(SCORING)
             part = [items[i] for i in chunk.tolist()]
             logits, tokens = suffix_logits(self.model, prefixes, part, pad)  # [m, S, V]
             self.forward_tokens += tokens
@@ -318,6 +323,7 @@ class Scorer(CompareViews):
         """Log-probs of the last ``n_targets[i]`` tokens of each sequence, given what precedes them."""
         results: list[Tensor] = []
         for chunk in self._chunks(len(sequences)):
+            stop.check(SCORING)
             if not len(chunk):
                 self._idle_forward()
                 continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core import stop
 from ..core.errors import RLVRError
 from ..core.problem import Problem, Verdict
 from ..core.rollout import Rollout
@@ -113,7 +114,9 @@ class Task:
 
 
 def safe_check(task: Task, completion: str, problem: Problem) -> tuple[Verdict, bool]:
-    """``task.check`` that never raises: returns (verdict, raised)."""
+    """``task.check`` that never raises: returns (verdict, raised). A safe point for a stop signal first
+    (``core/stop.py``), so a batch of slow verifiers ends between completions, in parallel ones too."""
+    stop.check("while verifying completions")
     try:
         verdict = task.check(completion, problem)
         reward = float(verdict.reward)
