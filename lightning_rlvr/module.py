@@ -103,7 +103,8 @@ class RLVRModule(Evaluation, PolicyUpdate, CheckpointState, LightningModule):
             RNG stream, as every committed run did, so one changed draw shifts every later one.
             ``keyed``: row by row from a stream seeded by (the run's seed, the step, the problem, the
             sample's index), so two runs (two methods) with one seed sample the same completions
-            while their policies agree: common random numbers (single-turn tasks; HF and fast engines).
+            while their policies agree: common random numbers (HF and fast engines; an environment's
+            episodes key each turn's action by the turn too).
             The run's seed is ``torch.initial_seed()`` here, or a resumed checkpoint's.
         group_size: completions per prompt (G).
         max_new_tokens: completion budget (L_max).

@@ -121,15 +121,42 @@ def test_bad_sampling_key_settings_are_one_clear_line(kwargs, says):
     assert "\n" not in str(err.value)
 
 
-def test_engines_that_cannot_key_and_environments_refuse_keyed_sampling():
+def test_engines_that_cannot_key_refuse_keyed_sampling():
     model, tok = POLICY.load()
     ids = torch.ones(1, 3, dtype=torch.long)
     with pytest.raises(RLVRError, match="set model.sampling_key: stream"):
         VLLMEngine().generate(model, ids, ids, 1, Sampling(4), 0, 1, keys=[1])
-    sampler = Sampler(HFGenerateEngine(), model, tok, Sampling(4), key=(0, 0))
+
+
+def _episodes(engine, games: range, key=(0, 5), G: int = 3):
+    model, tok = POLICY.load()
     env = EchoWords()
-    with pytest.raises(RLVRError, match="keyed sampling covers single-turn tasks"):
-        roll_out(env, sampler, [env.train_problem(0)], 2)
+    sampler = Sampler(engine, model, tok, Sampling(6), key=key)
+    return roll_out(env, sampler, [env.train_problem(i) for i in games], G).rollout
+
+
+@pytest.mark.parametrize("name", ["hf", "fast"])
+def test_a_keyed_episode_does_not_depend_on_the_batch_the_other_episodes_or_the_global_rng(name):
+    torch.manual_seed(1)
+    big = _episodes(ENGINES[name](), range(0, 4))  # games 0..3, G = 3: rows 6..11 play games 2 and 3
+    torch.manual_seed(2)
+    state = torch.random.get_rng_state()
+    small = _episodes(ENGINES[name](), range(2, 4))
+    assert torch.random.get_rng_state().equal(state)  # keyed episodes neither read nor move it
+    T = small.completion_ids.shape[1]
+    assert torch.equal(big.completion_ids[6:12, :T], small.completion_ids)
+    assert torch.equal(big.policy_mask[6:12, :T], small.policy_mask)
+    assert (big.completion_ids[6:12, T:] == big.pad_id).all()
+    # the episodes are not trivially alike: rows of one game differ, and another step draws others
+    assert len({tuple(r.tolist()) for r in small.completion_ids}) > 1
+    other = _episodes(ENGINES[name](), range(2, 4), key=(0, 6))
+    assert not torch.equal(other.completion_ids, small.completion_ids)
+
+
+def test_hf_and_fast_engines_play_the_same_keyed_episodes():
+    hf, fast = _episodes(HFGenerateEngine(), range(0, 3)), _episodes(FastEngine(), range(0, 3))
+    assert torch.equal(hf.completion_ids, fast.completion_ids)
+    assert torch.equal(hf.rewards, fast.rewards)
 
 
 def _coupling_script():

@@ -16,13 +16,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..core.errors import RLVRError
 from ..core.problem import Problem
 from ..core.rollout import Rollout
 from ..envs.base import Environment
 from ..tasks.base import Task
 from .episodes import engine_generate, expert_rollout, run_episodes
-from .single_turn import Sampler, generate_rollout
+from .single_turn import Sampler, generate_rollout, row_keys
 from .verify import verify
 
 __all__ = ["CollectedRollout", "Sampler", "roll_out", "verify", "worked_example"]
@@ -48,10 +47,6 @@ def roll_out(task: Task, sampler: Sampler, problems: list[Problem], group_size: 
     t0 = time.perf_counter()
     s = sampler
     if isinstance(task, Environment):
-        if s.key is not None:
-            raise RLVRError(
-                "keyed sampling covers single-turn tasks; set model.sampling_key: stream for an environment"
-            )
         generate = engine_generate(s.engine, s.model, s.tokenizer, s.sampling)
         positions = getattr(getattr(s.model, "config", None), "max_position_embeddings", None)
         rollout = run_episodes(
@@ -63,6 +58,7 @@ def roll_out(task: Task, sampler: Sampler, problems: list[Problem], group_size: 
             max_new_tokens_per_turn=s.sampling.max_new_tokens,
             render=s.render,
             max_context_tokens=positions,
+            keys=None if s.key is None else row_keys(s.key, problems, group_size),
         )
         device = next(s.model.parameters()).device
         rollout.rewards, rollout.correct = rollout.rewards.to(device), rollout.correct.to(device)

@@ -21,6 +21,10 @@ so later stages never need to know which kind of rollout they read.
 ``generate(contexts) -> actions`` is the one seam to the sampler: it gets token-id lists and returns
 one action per context (token ids, ending at EOS or a stop token, or cut at the budget). The rollout
 engine plugs in there (``engine_generate``; with ``HFGenerateEngine`` for a plain Hugging Face model).
+With ``keys`` (keyed sampling: one seed a row, ``single_turn.row_keys``) it is called as
+``generate(contexts, turn_keys)``, each live row's action drawn from its own stream seeded by its key and
+the turn, so an episode's actions depend on (seed, step, game, sample, turn) alone: not on which other
+episodes are still live, how many, or in what order.
 """
 
 from __future__ import annotations
@@ -32,12 +36,13 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..core.problem import Problem, Verdict
+from ..core.rng import key_seed
 from ..core.rollout import Rollout, concat_rollouts
 from ..core.tensors import left_pad
 from ..engines.base import RolloutEngine, Sampling
 from ..envs.base import Environment, safe_reset, safe_step
 
-Generate = Callable[[list[list[int]]], list[list[int]]]
+Generate = Callable[..., list[list[int]]]  # (contexts[, one key a context]) -> one action a context
 
 
 def action_text(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> str:
@@ -58,6 +63,7 @@ def run_episodes(
     render: Callable[[str], str] | None = None,
     observation_format: str = "{observation}\n",
     max_context_tokens: int | None = None,
+    keys: list[int] | None = None,
 ) -> Rollout:
     """``group_size`` episodes of each problem, stepped together; rows laid out group by group.
 
@@ -74,6 +80,7 @@ def run_episodes(
         max_context_tokens: end an episode (as at the turn limit) once its context reaches this length
             or the next turn (observation plus a full action) would not fit under it, so it still
             fits the model's positions; None for no limit.
+        keys: one seed a row (N of them) for keyed sampling; None draws from the global stream.
     """
     max_turns = env.max_turns if max_turns is None else max_turns
     if max_turns < 1:
@@ -92,7 +99,11 @@ def run_episodes(
             live = [i for i, v in enumerate(verdicts) if v is None]
             if not live:
                 break
-            actions = generate([prompts[i] + tokens[i] for i in live])
+            contexts = [prompts[i] + tokens[i] for i in live]
+            if keys is None:
+                actions = generate(contexts)
+            else:  # each row's turn has its own stream: the same whoever else is still playing
+                actions = generate(contexts, [key_seed(keys[i], turn) for i in live])
             if len(actions) != len(live):
                 raise ValueError(f"generate returned {len(actions)} actions for {len(live)} contexts")
             for i, ids in zip(live, actions):
@@ -198,10 +209,13 @@ def engine_generate(
     stops = {tokenizer.eos_token_id, *line_end_ids(tokenizer)}
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
 
-    def generate(contexts: list[list[int]]) -> list[list[int]]:
+    def generate(contexts: list[list[int]], keys: list[int] | None = None) -> list[list[int]]:
         device = next(model.parameters()).device
         ids, mask = left_pad([torch.tensor(c, dtype=torch.long, device=device) for c in contexts], pad)
-        out = engine.generate(model, ids, mask, 1, sampling, pad, eos).completion_ids  # [n, <= budget]
+        keyed = {} if keys is None else {"keys": keys}
+        out = engine.generate(
+            model, ids, mask, 1, sampling, pad, eos, **keyed
+        ).completion_ids  # [n, <= budget]
         return [_cut(row.tolist(), stops) for row in out]
 
     return generate
