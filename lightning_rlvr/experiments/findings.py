@@ -147,24 +147,21 @@ class FindingsError(ValueError):
 
 
 # ---------------------------------------------------------------------------- reading the data
+def _results(root: Path, path: Path) -> tuple[list[str], list[dict]]:
+    if not (root / path).is_file():
+        raise FindingsError(f"{path}: not found (the findings read committed sweep results)")
+    return read_results_csv(root / path)
+
+
 def _rows(root: Path, path: str, baseline: str, keep_baseline: bool) -> tuple[list[dict], list[Path]]:
     """A results.csv's rows as one ``method`` axis ('hsd+hsd' -> 'hsd'), the baseline's kept or dropped."""
-    file = root / path
-    if not file.is_file():
-        raise FindingsError(f"{path}: not found (the findings read committed sweep results)")
-    _, rows = read_results_csv(file)
+    _, rows = _results(root, Path(path))
     out = []
     for r in rows:
         method = str(r["method"]).split("+")[0]
         if (method == baseline) == keep_baseline:
             out.append({**r, "method": method})
-    return out, [file.parent / "runs"]
-
-
-def _results(root: Path, path: Path) -> tuple[list[str], list[dict]]:
-    if not (root / path).is_file():
-        raise FindingsError(f"{path}: not found (the findings read committed sweep results)")
-    return read_results_csv(root / path)
+    return out, [(root / path).parent / "runs"]
 
 
 def seeds_done(root: Path, path: str) -> str:
@@ -384,6 +381,14 @@ def _wrap(item: str) -> str:
     return text.replace("\0", " > ").replace("\1", " + ")
 
 
+def _claim_lines(root: Path, path: str) -> list[str]:
+    """The README's sub-list of a sweep's claims: claimed, measured, in what, and the verdict."""
+    return [
+        f"  - {r[0]}: claimed {r[3]}, measured {r[5]} in {METRIC_WORDS.get(r[2], r[2])}: {_claim_verdict(r)}."
+        for r in _claims(root, path)
+    ]
+
+
 def readme_findings(root: Path) -> str:
     """The README's findings: one line per method over every column, then the claims and HSD's count."""
     cols = columns(root)
@@ -400,17 +405,13 @@ def readme_findings(root: Path) -> str:
         "- **The papers' claims on SmolLM2** (3 seeds, every arm against the same three GRPO runs; "
         "[the table](docs/results.md#the-verdict-per-paper-claim)):"
     )
-    for r in _claims(root):
-        what = METRIC_WORDS.get(r[2], r[2])
-        out.append(f"  - {r[0]}: claimed {r[3]}, measured {r[5]} in {what}: {_claim_verdict(r)}.")
+    out += _claim_lines(root, REAL)
     out.append(
         "- **The decisive study on SmolLM2** (GRPO, SC-GRPO at GRPO's rate and at its own, HSD; keyed "
         f"sampling, 32 RL steps; still running: {seeds_done(root, STUDY)}; "
         "[its design](docs/real_study.md), [the table](docs/results.md#the-decisive-study)):"
     )
-    for r in _claims(root, STUDY):
-        what = METRIC_WORDS.get(r[2], r[2])
-        out.append(f"  - {r[0]}: claimed {r[3]}, measured {r[5]} in {what}: {_claim_verdict(r)}.")
+    out += _claim_lines(root, STUDY)
     trained = hsd_counts(root)[2:]  # the tiny model's and SmolLM2's start come first (HSD_TABLES)
     held = [c for _, c, _, g, h in trained if binomial_p(h, g) < CHANCE_ALPHA and 2 * h > g]
     out.append(

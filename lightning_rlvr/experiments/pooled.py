@@ -133,15 +133,14 @@ def fit_pool(
     """
     from scipy.stats import t as student
 
-    alive = {
-        arm: set(by_seed) for arm, by_seed in values.items() if not collapsed(list(by_seed.values()), floor)
-    }
+    dead = {arm: collapsed(list(by_seed.values()), floor) for arm, by_seed in values.items()}
+    alive = {arm: set(by_seed) for arm, by_seed in values.items() if not dead[arm]}
     block = balanced_block(alive, baseline) if baseline in alive else set(values.get(baseline, {}))
     seeds = sorted(block, key=_seed_order)
     pool = Pool(metric, baseline, [], seeds)
     pool.seeds_left_out = sorted(set(values.get(baseline, {})) - block, key=_seed_order)
     for arm, by_seed in values.items():
-        why = collapsed(list(by_seed.values()), floor)
+        why = dead[arm]
         missing = [s for s in seeds if s not in by_seed]
         if why:
             pool.excluded[arm] = why

@@ -61,6 +61,10 @@ class Claim:
     source: str = ""
     tuned_in: str = ""  # a tuning sweep that chose both arms' rates, when they differ (``tuned_rates``)
 
+    def matches(self, cell: dict) -> bool:
+        """Whether a comparison's cell ({axis: value}) is this claim's."""
+        return all(cell.get(a) == v for a, v in self.cell.items())
+
 
 def parse_claims(raw: Any, axes: dict[str, list[str]], compare: Sequence[str]) -> list[Claim]:
     """``report.claims`` checked against the grid's axes ({label: value labels}) and ``report.compare``;
@@ -197,11 +201,7 @@ def _rows_and_p(
     claim: Claim, entries: Sequence[dict], level: float, power: float, evidence: Any = None
 ) -> list[tuple[list[str], float | None]]:
     """``claim_rows``' rows, each with its comparison's p-value (None where no comparison ran)."""
-    matched = [
-        e
-        for e in entries
-        if e["metric"] == claim.metric and all(e["cell"].get(a) == v for a, v in claim.cell.items())
-    ]
+    matched = [e for e in entries if e["metric"] == claim.metric and claim.matches(e["cell"])]
     if not matched:
         cell = ", ".join(claim.cell.values())
         row = ["-", "0", "-", "-", "-", "undecided (no run of this cell and its baseline yet)", "-", "-"]

@@ -276,7 +276,7 @@ def rates_section(entries: Sequence[dict], evidence: Evidence) -> str:
         if pair is not None and pair[0] != pair[1]:
             line = f"- {', '.join(map(str, key))}: model.lr {pair[0]} against the baseline's {pair[1]}"
             for claim in evidence.settings.claims:  # a claim that names the tuning behind the two rates
-                if claim.tuned_in and all(e["cell"].get(a) == v for a, v in claim.cell.items()):
+                if claim.tuned_in and claim.matches(e["cell"]):
                     line += f" ({evidence.tuned(e, pair, claim.tuned_in)[1]})"
                     break
             flagged.append(line)

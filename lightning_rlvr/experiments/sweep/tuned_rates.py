@@ -62,7 +62,7 @@ def tuned_basis(
     files = arm_files(sweep)
     name = Path(tuning).stem
     for cell, rate in zip(cells, rates):
-        arm = files.get(tuple(sorted((a, str(v)) for a, v in cell.items() if a != "seed")))
+        arm = files.get(tuple(sorted((a, str(v)) for a, v in cell.items())))
         if arm is None or chosen.get(arm) is None:
             return False, f"{name} chose no rate for {', '.join(map(str, cell.values()))}"
         if float(chosen[arm]) != float(rate):
