@@ -119,3 +119,23 @@ def test_the_rredcot_segments_table_in_credit_lab_md_matches_its_committed_lab_r
         loc = [float(e[f"localisation_{k}"]) for k in ("mean", "low", "high")]
         assert cells[5] == "{:.2f} [{:.2f}, {:.2f}]".format(*loc)
         assert re.match(r"-?\d\.\d\d", cells[6]) and cells[6].startswith(f"{float(e['spearman_mean']):.2f}")
+
+
+def test_the_decisive_study_paragraph_states_the_sweep_files_design():
+    """docs/results.md's paragraph on study_real: every setting it names is the sweep file's, and its
+    4.4-point bar is +8.1% of methods_real's GRPO test pass@1 (the earlier design it was set from)."""
+    from lightning_rlvr.experiments.sweep.spec import load_sweep
+
+    text = (REPO / "docs/results.md").read_text()
+    para = " ".join(text.split("### The decisive study")[1].split("<!-- findings:study begin")[0].split())
+    sweep = load_sweep(REPO / "sweeps/study_real.yaml")
+    own = sweep.axis_overrides["method"]["sc_grpo_own_rate"]["model.lr"]
+    assert f"{sweep.overrides['trainer.max_steps']} RL steps" in para
+    assert f"GRPO's bracketed rate {sweep.overrides['model.lr']:.0e}".replace("e-0", "e-") in para
+    assert f"at its own ({own:.0e})".replace("e-0", "e-") in para
+    assert f"{sweep.test_overrides['data.test_size']} test prompts" in para
+    assert f"up to {len(sweep.grid['seed_everything'])} seeds" in para
+    with open(REPO / "sweeps/results/methods_real/results.csv") as f:
+        grpo = [float(r["test/pass@1"]) for r in csv.DictReader(f) if r["method"] == "grpo"]
+    mean = sum(grpo) / len(grpo)
+    assert f"test pass@1 of {mean:.2f}" in para and f"at most {100 * 0.081 * mean:.1f} points" in para
