@@ -156,8 +156,18 @@ def test_the_studys_progress_counts_each_arms_finished_seeds(tmp_path: Path) -> 
     planned = len(findings.load_sweep(ROOT / findings.STUDY).grid["seed_everything"])
     said = findings.seeds_done(root, findings.STUDY)
     assert f"GRPO {len(runs)}," in said and said.endswith(f"of {planned} seeds finished")
+    assert said.startswith("still running: ")
     table.write_text("\n".join([lines[0], *(line for line in lines[1:] if line != runs[-1])]) + "\n")
     assert f"GRPO {len(runs) - 1}," in findings.seeds_done(root, findings.STUDY)
+    planned_runs = findings.expand(findings.load_sweep(ROOT / findings.STUDY))
+    row = lines[1].split(",")
+    every = [",".join([r.run_id, *row[1:]]) for r in planned_runs]  # one row per planned run: finished
+    table.write_text("\n".join([lines[0], *every]) + "\n")
+    arms = len({r.cell for r in planned_runs})
+    said = findings.seeds_done(root, findings.STUDY)
+    assert said == f"finished: {planned} seeds for each of its {arms} arms"
+    table.write_text("\n".join([lines[0], *every[:-1], every[0]]) + "\n")  # a run twice is not every run
+    assert findings.seeds_done(root, findings.STUDY).startswith("still running: ")
     table.unlink()
     with pytest.raises(findings.FindingsError, match="study_real/results.csv: not found"):
         findings.seeds_done(root, findings.STUDY)

@@ -36,7 +36,7 @@ from .sweep.claims import all_claim_rows
 from .sweep.comparison import compare_to_baseline
 from .sweep.plan import Evidence, read_rates
 from .sweep.rows import read_results_csv
-from .sweep.spec import load_sweep
+from .sweep.spec import expand, load_sweep
 from .verdicts import BETTER, RATE_MATCHED, WORSE, decide, display
 
 METRIC = "test/pass@1"
@@ -56,6 +56,7 @@ class Source:
     baseline: str
     others: tuple[str, ...]
     note: str = ""
+    progress: bool = False  # the note says how far the sweep has run (``seeds_done``)
 
 
 SOURCES = (
@@ -96,7 +97,8 @@ SOURCES = (
         "sweeps/study_real.yaml",
         "sweeps/results/study_real/results.csv",
         ("sweeps/results/study_real/results.csv",),
-        "keyed sampling, 32 RL steps, 512 test prompts, still running (its seeds below)",
+        "keyed sampling, 32 RL steps, 512 test prompts",
+        progress=True,
     ),
 )
 REAL = "sweeps/methods_real.yaml"
@@ -165,16 +167,23 @@ def _rows(root: Path, path: str, baseline: str, keep_baseline: bool) -> tuple[li
 
 
 def seeds_done(root: Path, path: str) -> str:
-    """How far a running sweep is: each arm's finished seeds, of the seeds its grid plans."""
+    """How far a sweep is: each arm's finished seeds of the seeds its grid plans, and whether it still runs
+    ('still running: GRPO 9, HSD 8 of 14 seeds finished' or 'finished: 14 seeds for each of its 4 arms')."""
     sweep = load_sweep(root / path)
     _, rows = _results(root, sweep.report_dir / "results.csv")
-    planned = len(sweep.grid.get(sweep.seed_key, []))
+    planned, runs = len(sweep.grid.get(sweep.seed_key, [])), expand(sweep)
     done: dict[str, int] = {}
     for r in rows:
         done[str(r["method"])] = done.get(str(r["method"]), 0) + 1
+    if {r.run_id for r in runs} <= {str(r["run_id"]) for r in rows}:
+        return f"finished: {planned} seeds for each of its {len({r.cell for r in runs})} arms"
     names = {sweep.report.baseline.get("method", ""): "GRPO", **NAMES}
-    arms = [m for m in names if m in done] + [m for m in done if m not in names]
-    return ", ".join(f"{names.get(m, m)} {done[m]}" for m in arms) + f" of {planned} seeds finished"
+    order = [m for m in names if m in done] + [m for m in done if m not in names]
+    return (
+        "still running: "
+        + ", ".join(f"{names.get(m, m)} {done[m]}" for m in order)
+        + (f" of {planned} seeds finished")
+    )
 
 
 @dataclass
@@ -305,7 +314,9 @@ def at_a_glance(root: Path) -> str:
         lines.append(
             "| " + " | ".join([NAMES[m], *(cell(cols[c][m]) if m in cols[c] else "" for c in labels)]) + " |"
         )
-    notes = {s.label: s.note for s in SOURCES if s.note}
+    notes = {
+        s.label: f"{s.note}; {seeds_done(root, s.sweep)}" if s.progress else s.note for s in SOURCES if s.note
+    }
     lines.append("")
     for c in labels:
         extra = f"; {notes[c]}" if c in notes else ""
@@ -357,7 +368,9 @@ def claim_table(root: Path, path: str = REAL) -> str:
 
 def study_claims(root: Path) -> str:
     """docs/results.md's table of the decisive study's claims, under how far the study has run."""
-    return f"So far: {seeds_done(root, STUDY)}.\n\n{claim_table(root, STUDY)}"
+    done = seeds_done(root, STUDY)
+    now = " (its verdicts are at the seeds run so far)" if done.startswith("still") else ""
+    return f"The study is {done}{now}.\n\n{claim_table(root, STUDY)}"
 
 
 def hsd_table(root: Path) -> str:
@@ -408,7 +421,7 @@ def readme_findings(root: Path) -> str:
     out += _claim_lines(root, REAL)
     out.append(
         "- **The decisive study on SmolLM2** (GRPO, SC-GRPO at GRPO's rate and at its own, HSD; keyed "
-        f"sampling, 32 RL steps; still running: {seeds_done(root, STUDY)}; "
+        f"sampling, 32 RL steps; {seeds_done(root, STUDY)}; "
         "[its design](docs/real_study.md), [the table](docs/results.md#the-decisive-study)):"
     )
     out += _claim_lines(root, STUDY)
