@@ -72,9 +72,10 @@ class ReportSettings:
             with this sweep's baseline too, paired by seed and warm start: a baseline rerun (a control)
             gives the main sweep's methods a partner. Their rows join the comparison only.
         claims: papers' claims about cells against the baseline, judged in the report (``claims.Claim``).
-        budget_hours: the job time (fit + test seconds of every run, in hours) the study may spend; a
-            claim whose deciding seeds would cost more reads "not testable within budget"
-            (``experiments.verdicts``). None: no budget.
+        budget_hours: the job time (fit + test seconds, in hours) one claim's test may spend: the
+            seeds that decide it, each a run of its cell and one of its baseline at their measured cost.
+            A claim whose deciding seeds would cost more reads "not testable within budget"
+            (``experiments.verdicts``). The sweep's total is the sum over its arms. None: no budget.
         collapse_floor: an arm whose mean of a fraction metric (pass@k) is below this is collapsed and left
             out of the pooled analysis, as an arm whose runs are all 0 always is. None: only those.
         tie: how ``choose`` breaks a tie between values within ``tie_tolerance`` of the best: ``lower``
