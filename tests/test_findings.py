@@ -171,3 +171,34 @@ def test_the_studys_progress_counts_each_arms_finished_seeds(tmp_path: Path) -> 
     table.unlink()
     with pytest.raises(findings.FindingsError, match="study_real/results.csv: not found"):
         findings.seeds_done(root, findings.STUDY)
+
+
+@pytest.mark.parametrize(
+    ("line", "changed", "said"),
+    [
+        ("  trainer.max_steps: 32", "  trainer.max_steps: 40", "40 RL steps"),
+        ("  data.test_size: 512", "  data.test_size: 256", "256 test prompts"),
+        ("  model.sampling_key: keyed", "  model.sampling_key: stream", None),
+    ],
+)
+def test_the_studys_settings_on_the_pages_are_read_from_its_sweep_file(
+    tmp_path: Path, line: str, changed: str, said: str | None
+) -> None:
+    root = _copy(tmp_path)
+    (root / "sweeps").unlink()
+    (root / "sweeps").mkdir()
+    for entry in (ROOT / "sweeps").iterdir():  # the committed data, linked; the study's file, a copy
+        (root / "sweeps" / entry.name).symlink_to(entry)
+    sweep = root / findings.STUDY
+    sweep.unlink()
+    text = (ROOT / findings.STUDY).read_text()
+    assert line in text
+    sweep.write_text(text)
+    before = findings.design(root, findings.STUDY)
+    sweep.write_text(text.replace(line, changed))
+    after = findings.design(root, findings.STUDY)
+    assert after != before
+    if said is None:
+        assert "keyed sampling" in before and "keyed sampling" not in after
+    else:
+        assert said in after and said in " ".join(findings.readme_findings(root).split())

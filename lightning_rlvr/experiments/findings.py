@@ -57,6 +57,7 @@ class Source:
     others: tuple[str, ...]
     note: str = ""
     progress: bool = False  # the note says how far the sweep has run (``seeds_done``)
+    settings: bool = False  # the note starts with the settings its sweep file fixes (``design``)
 
 
 SOURCES = (
@@ -90,15 +91,15 @@ SOURCES = (
         "sweeps/methods_real.yaml",
         "sweeps/results/methods_real/results.csv",
         ("sweeps/results/methods_real/results.csv",),
-        "24 RL steps",
+        settings=True,
     ),
     Source(
         "SmolLM2 study",
         "sweeps/study_real.yaml",
         "sweeps/results/study_real/results.csv",
         ("sweeps/results/study_real/results.csv",),
-        "keyed sampling, 32 RL steps, 512 test prompts",
         progress=True,
+        settings=True,
     ),
 )
 REAL = "sweeps/methods_real.yaml"
@@ -164,6 +165,27 @@ def _rows(root: Path, path: str, baseline: str, keep_baseline: bool) -> tuple[li
         if (method == baseline) == keep_baseline:
             out.append({**r, "method": method})
     return out, [(root / path).parent / "runs"]
+
+
+def design(root: Path, path: str) -> str:
+    """The settings a sweep file fixes that a reader needs beside its numbers ('keyed sampling, 32 RL
+    steps, 512 test prompts'), read from the file so that no page restates them by hand."""
+    sweep = load_sweep(root / path)
+    fixed = {**sweep.overrides, **sweep.test_overrides}
+    parts = ["keyed sampling"] if fixed.get("model.sampling_key") == "keyed" else []
+    if "trainer.max_steps" in fixed:
+        parts.append(f"{fixed['trainer.max_steps']} RL steps")
+    if "data.test_size" in fixed:
+        parts.append(f"{fixed['data.test_size']} test prompts")
+    return ", ".join(parts)
+
+
+def source_note(root: Path, source: Source) -> str:
+    """A column's note: its sweep's settings, its own words, how far it has run (each where it has one)."""
+    parts = [design(root, source.sweep)] if source.settings else []
+    parts += [source.note] if source.note else []
+    parts += [seeds_done(root, source.sweep)] if source.progress else []
+    return "; ".join(p for p in parts if p)
 
 
 def seeds_done(root: Path, path: str) -> str:
@@ -314,9 +336,7 @@ def at_a_glance(root: Path) -> str:
         lines.append(
             "| " + " | ".join([NAMES[m], *(cell(cols[c][m]) if m in cols[c] else "" for c in labels)]) + " |"
         )
-    notes = {
-        s.label: f"{s.note}; {seeds_done(root, s.sweep)}" if s.progress else s.note for s in SOURCES if s.note
-    }
+    notes = {s.label: note for s in SOURCES if (note := source_note(root, s))}
     lines.append("")
     for c in labels:
         extra = f"; {notes[c]}" if c in notes else ""
@@ -394,10 +414,12 @@ def _wrap(item: str) -> str:
     return text.replace("\0", " > ").replace("\1", " + ")
 
 
-def _claim_lines(root: Path, path: str) -> list[str]:
-    """The README's sub-list of a sweep's claims: claimed, measured, in what, and the verdict."""
+def _claim_lines(root: Path, path: str, basis: bool = False) -> list[str]:
+    """The README's sub-list of a sweep's claims: claimed, measured, in what, and the verdict (with what
+    it rests on where ``basis``: seeds, pooled or paired, rates matched or not)."""
     return [
-        f"  - {r[0]}: claimed {r[3]}, measured {r[5]} in {METRIC_WORDS.get(r[2], r[2])}: {_claim_verdict(r)}."
+        f"  - {r[0]}: claimed {r[3]}, measured {r[5]} in {METRIC_WORDS.get(r[2], r[2])}: {_claim_verdict(r)}"
+        + (f"; rests on {r[9]}." if basis else ".")
         for r in _claims(root, path)
     ]
 
@@ -414,17 +436,21 @@ def readme_findings(root: Path) -> str:
     for m in _order(cols):
         parts = [f"{c} {cell(cols[c][m], rates=False)}" for c in cols if m in cols[c]]
         out.append(f"- **{NAMES[m]}**: " + "; ".join(parts) + ".")
+    real = load_sweep(root / REAL)
+    seeds = len(real.grid[real.seed_key])
     out.append(
-        "- **The papers' claims on SmolLM2** (3 seeds, every arm against the same three GRPO runs; "
+        f"- **The papers' claims on SmolLM2** ({seeds} seeds, every arm against the same {seeds} GRPO runs; "
         "[the table](docs/results.md#the-verdict-per-paper-claim)):"
     )
     out += _claim_lines(root, REAL)
+    done = seeds_done(root, STUDY)
+    now = ", its verdicts at the seeds run so far" if done.startswith("still") else ""
     out.append(
-        "- **The decisive study on SmolLM2** (GRPO, SC-GRPO at GRPO's rate and at its own, HSD; keyed "
-        f"sampling, 32 RL steps; {seeds_done(root, STUDY)}; "
+        f"- **The decisive study on SmolLM2** (GRPO, SC-GRPO at GRPO's rate and at its own, HSD; "
+        f"{design(root, STUDY)}; every arm against the same GRPO runs; {done}{now}; "
         "[its design](docs/real_study.md), [the table](docs/results.md#the-decisive-study)):"
     )
-    out += _claim_lines(root, STUDY)
+    out += _claim_lines(root, STUDY, basis=True)
     trained = hsd_counts(root)[2:]  # the tiny model's and SmolLM2's start come first (HSD_TABLES)
     held = [c for _, c, _, g, h in trained if binomial_p(h, g) < CHANCE_ALPHA and 2 * h > g]
     out.append(
