@@ -386,11 +386,15 @@ def claim_table(root: Path, path: str = REAL) -> str:
     return "\n".join(lines)
 
 
+def study_progress(root: Path) -> str:
+    """How far the decisive study has run, and while it runs that its verdicts are interim."""
+    done = seeds_done(root, STUDY)
+    return done + (" (its verdicts are at the seeds run so far)" if done.startswith("still") else "")
+
+
 def study_claims(root: Path) -> str:
     """docs/results.md's table of the decisive study's claims, under how far the study has run."""
-    done = seeds_done(root, STUDY)
-    now = " (its verdicts are at the seeds run so far)" if done.startswith("still") else ""
-    return f"The study is {done}{now}.\n\n{claim_table(root, STUDY)}"
+    return f"The study is {study_progress(root)}.\n\n{claim_table(root, STUDY)}"
 
 
 def hsd_table(root: Path) -> str:
@@ -443,11 +447,9 @@ def readme_findings(root: Path) -> str:
         "[the table](docs/results.md#the-verdict-per-paper-claim)):"
     )
     out += _claim_lines(root, REAL)
-    done = seeds_done(root, STUDY)
-    now = ", its verdicts at the seeds run so far" if done.startswith("still") else ""
     out.append(
         f"- **The decisive study on SmolLM2** (GRPO, SC-GRPO at GRPO's rate and at its own, HSD; "
-        f"{design(root, STUDY)}; every arm against the same GRPO runs; {done}{now}; "
+        f"{design(root, STUDY)}; every arm against the same GRPO runs; {study_progress(root)}; "
         "[its design](docs/real_study.md), [the table](docs/results.md#the-decisive-study)):"
     )
     out += _claim_lines(root, STUDY, basis=True)
