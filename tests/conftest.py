@@ -11,14 +11,17 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
 TINY = str(REPO / "tests" / "configs" / "tiny.yaml")
+TINY_TEXTWORLD = str(REPO / "tests" / "configs" / "tiny_textworld.yaml")
 # configs that shrink a method's own extra models to test scale, by method file stem (composed after it)
 METHOD_TEST_SCALE = {"opd": (str(REPO / "tests" / "configs" / "tiny_opd.yaml"),)}
 # configs that shrink a base config to test scale, by its stem (composed right after it); the agent
 # quickstart's TextWorld pool becomes tests/test_textworld_env.py's (one train and one val game)
 BASE_TEST_SCALE = {
     "quickstart": (TINY,),
-    "quickstart_agent": (TINY, str(REPO / "tests" / "configs" / "tiny_textworld.yaml")),
+    "quickstart_agent": (TINY, TINY_TEXTWORLD),
 }
+# TextWorld's test pool on the arithmetic quickstart (no agent settings: the engine comes from the overlay)
+TEXTWORLD_AFTER_QUICKSTART = (QUICKSTART, TINY, TINY_TEXTWORLD)
 # a method's settings for episodes (a word vocabulary), by method file stem (composed after the method file)
 AGENT_CONFIGS = REPO / "configs" / "agent"
 

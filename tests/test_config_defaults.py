@@ -40,7 +40,11 @@ class _Parser(BaseException):
 
 @pytest.fixture(scope="module")
 def parser():
-    """The ``lightning-rlvr`` parser itself, built once: ``fit --print_config`` without its ~0.5 s setup."""
+    return cli_parser()
+
+
+def cli_parser():
+    """The ``lightning-rlvr`` parser itself: ``fit --print_config`` without its ~0.5 s setup."""
     from lightning_rlvr.cli import app
 
     def hand_out(self, parser, args):

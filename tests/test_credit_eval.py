@@ -25,7 +25,7 @@ from lightning_rlvr.experiments.credit_lab.metrics import (
 )
 from lightning_rlvr.experiments.credit_lab.report import markdown
 from lightning_rlvr.tasks.addition import AdditionTask
-from tests.conftest import METHOD_TEST_SCALE, REPO
+from tests.conftest import BASE_TEST_SCALE, METHOD_TEST_SCALE, REPO
 
 
 # ---------------------------------------------------------------------------- metrics by hand
@@ -255,8 +255,7 @@ def test_the_lab_runs_on_textworld_episodes_and_finds_their_first_errors(run_cli
     """An agent checkpoint (test-scale TextWorld cooking, turns enough for the walkthrough to win) goes
     through the same lab: episodes sampled, the oracle continued through the game, the same table, and
     each failed episode's first fatal action located from the walkthrough."""
-    configs = (str(REPO / "configs/quickstart_agent.yaml"), str(REPO / "tests/configs/tiny.yaml"))
-    configs += (str(REPO / "tests/configs/tiny_textworld.yaml"),)
+    configs = (str(REPO / "configs/quickstart_agent.yaml"), *BASE_TEST_SCALE["quickstart_agent"])
     fit = run_cli("fit", "--model.task.init_args.max_turns", "8", "--trainer.max_steps", "1", configs=configs)
     ckpt = fit.trainer.checkpoint_callback.last_model_path
     methods = [str(REPO / f"configs/method/{m}.yaml") for m in ("grpo", "ktae", "mc")]

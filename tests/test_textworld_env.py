@@ -16,7 +16,7 @@ import yaml
 from lightning_rlvr.core.errors import RLVRError
 from lightning_rlvr.envs.base import safe_step
 from lightning_rlvr.envs.textworld import TextWorldCooking, generate_game, trim_observation
-from tests.conftest import QUICKSTART, REPO, TINY
+from tests.conftest import REPO, TEXTWORLD_AFTER_QUICKSTART
 
 
 @pytest.fixture(scope="session")
@@ -167,7 +167,7 @@ def test_trim_observation_caps_words_and_bad_knobs_are_one_line_errors():
 
 def test_a_fit_runs_through_textworld_episodes(pool, run_cli, tmp_path):
     """Warm start on the expert's episodes, then 2 GRPO steps and a validation on the tiny pool."""
-    cli = run_cli("fit", configs=(QUICKSTART, TINY, str(REPO / "tests" / "configs" / "tiny_textworld.yaml")))
+    cli = run_cli("fit", configs=TEXTWORLD_AFTER_QUICKSTART)
     assert cli.model.rl_step == 2 and cli.model.warm_start_summary["steps"] == 10
     (path,) = (tmp_path / "runs").glob("**/metrics.csv")
     rows = [r for r in csv.DictReader(open(path)) if r.get("train/success")]
