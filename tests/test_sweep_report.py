@@ -112,6 +112,7 @@ def test_report_writes_csv_table_curves_and_a_png(tmp_path, monkeypatch):
     assert "5 of 6 runs finished" in md and "| grpo | 3 |" in md and "| shear | 2 |" in md
     assert "val pass@1 before RL (the shared warm start): 0.250" in md
     assert "Compute: 75 s of job time over 5 finished runs (fit 60 s, test 15 s;" in md  # 5 x (12 + 3) s
+    assert "The 1 run not finished would take about 15 s more if run, at the mean job time so far of their cell's" in md
     from lightning_rlvr.experiments.sweep.rows import duration
 
     assert [duration(s) for s in (119, 120, 7199, 7200)] == ["119 s", "2 min", "120 min", "2.0 h"]
@@ -319,3 +320,20 @@ def test_report_has_the_comparison_time_to_target_and_credit_columns(tmp_path, m
     assert "RL steps to val pass@1 >= 0.55 (seeds)" in md
     assert [r["credit_eval/spearman"] for r in rows] == ["", "", "", "", "0.3", ""]
     assert [r["credit_eval/sign"] for r in rows] == ["", "", "", "", "0.6", ""]
+
+
+def test_the_compute_line_prices_the_runs_left_at_their_own_cells_mean():
+    """A slow arm's runs not finished cost its own mean, not the sweep's; a cell with none finished costs the
+    mean of all finished runs; a finished sweep states no estimate."""
+    from lightning_rlvr.experiments.sweep.rows import compute_line
+
+    cells = [(m, s) for m in ("a", "b", "c") for s in (0, 1, 2)]
+    runs = [Run(f"{m}__seed={s}", (), (), (("method", m),), str(s)) for m, s in cells]
+    times = {"a__seed=0": 100.0, "a__seed=1": 200.0, "b__seed=0": 1000.0}  # a: 150 s each; b: 1000 s
+    rows = [{"run_id": r, "fit_s": t - 10, "test_s": 10} for r, t in times.items()]
+    line = compute_line(rows, runs)
+    # not finished: a 1 x 150 + b 2 x 1000 + c 3 x (1300 / 3) = 150 + 2000 + 1300 = 3450 s = 58 min
+    assert "Compute: 22 min of job time over 3 finished runs" in line
+    assert "The 6 runs not finished would take about 58 min more if run" in line
+    done = [{"run_id": r.run_id, "fit_s": 1.0, "test_s": ""} for r in runs]
+    assert "not finished" not in compute_line(done, runs) and "not finished" not in compute_line(rows)

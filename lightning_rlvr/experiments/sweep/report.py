@@ -151,7 +151,7 @@ def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
         "dynamic sampling), so compare methods on test pass@k. Fit time is wall-clock seconds and depends "
         "on what else the machine was running.\n",
     ]
-    text.append(compute_line(rows))
+    text.append(compute_line(rows, runs))
     if len(start) == 1:
         text.append(f"val pass@1 before RL (the shared warm start): {float(start[0]):.3f}.\n")
     elif start:

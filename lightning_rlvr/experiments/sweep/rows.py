@@ -14,6 +14,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from ...core.files import atomic_file
@@ -185,13 +187,34 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def compute_line(rows: list[dict]) -> str:
-    """What the finished runs cost: their fit and test seconds (each run's ``DONE``), summed."""
+def job_seconds(row: dict) -> float:
+    """A finished run's job time: its fit and test seconds (its ``DONE``)."""
+    return sum(float(row[k]) for k in ("fit_s", "test_s") if row.get(k) not in ("", None))
+
+
+def compute_line(rows: list[dict], runs: Sequence[Run] = ()) -> str:
+    """What the finished runs cost (their fit and test seconds, summed) and, while ``runs`` has some not
+    finished, what those would cost at the mean job time of their cell's finished runs (of all finished
+    runs where their cell has none). "If run": a rate rule may never ask for some of them."""
     fit, test = (sum(float(r[k]) for r in rows if r.get(k) not in ("", None)) for k in ("fit_s", "test_s"))
-    return (
+    text = (
         f"Compute: {duration(fit + test)} of job time over {len(rows)} finished runs (fit {duration(fit)}, "
-        f"test {duration(test)}; wall-clock, so it includes waiting on whatever else the machine ran).\n"
+        f"test {duration(test)}; wall-clock, so it includes waiting on whatever else the machine ran)."
     )
+    finished = {r["run_id"]: job_seconds(r) for r in rows}
+    left = [run for run in runs if run.run_id not in finished]
+    if left and finished:
+        cells: dict[tuple, list[float]] = {}
+        for run in runs:
+            if run.run_id in finished:
+                cells.setdefault(run.cell, []).append(finished[run.run_id])
+        overall = sum(finished.values()) / len(finished)
+        more = sum(statistics.fmean(cells[run.cell]) if run.cell in cells else overall for run in left)
+        text += (
+            f" The {len(left)} run{'' if len(left) == 1 else 's'} not finished would take about "
+            f"{duration(more)} more if run, at the mean job time so far of their cell's finished runs."
+        )
+    return text + "\n"
 
 
 def write_results_csv(rows: list[dict], path: Path) -> None:
