@@ -112,7 +112,7 @@ def test_report_writes_csv_table_curves_and_a_png(tmp_path, monkeypatch):
     assert "5 of 6 runs finished" in md and "| grpo | 3 |" in md and "| shear | 2 |" in md
     assert "val pass@1 before RL (the shared warm start): 0.250" in md
     assert "Compute: 75 s of job time over 5 finished runs (fit 60 s, test 15 s;" in md  # 5 x (12 + 3) s
-    assert "The 1 run not finished would take about 15 s more if run, at the mean job time so far of their cell's" in md
+    assert "The 1 run not finished would take about 15 s more if run" in md  # its cell's mean: 15 s
     from lightning_rlvr.experiments.sweep.rows import duration
 
     assert [duration(s) for s in (119, 120, 7199, 7200)] == ["119 s", "2 min", "120 min", "2.0 h"]
