@@ -171,6 +171,15 @@ def test_character_offsets_map_to_the_token_that_holds_them():
 # ---------------------------------------------------------------------------- end to end (conftest.tiny_ckpt)
 
 
+def merged(base: dict, over: dict) -> dict:
+    """``over`` composed after ``base``: mappings merge key by key, any other value replaces."""
+    out = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merged(out[key], value) if both else value
+    return out
+
+
 def method_files_at_test_scale(tmp_path: Path) -> list[str]:
     """Every method YAML; OPD's with the test-scale teacher that tests/configs/tiny_opd.yaml sets."""
     files = []
@@ -179,7 +188,7 @@ def method_files_at_test_scale(tmp_path: Path) -> list[str]:
             cfg = yaml.safe_load(path.read_text())
             (scale,) = METHOD_TEST_SCALE["opd"]
             small = yaml.safe_load(Path(scale).read_text())
-            cfg["model"]["credit"]["init_args"].update(small["model"]["credit"]["init_args"])
+            cfg = merged(cfg, small)  # composed after it, as --config files compose
             path = tmp_path / "opd.yaml"
             path.write_text(yaml.safe_dump(cfg))
         files.append(str(path))
