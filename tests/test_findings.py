@@ -108,7 +108,7 @@ def test_a_claim_at_unmatched_rates_is_undecided() -> None:
 
 
 def test_no_figure_is_stated_with_two_values_in_readme_and_docs() -> None:
-    assert figure_conflicts.conflicts(ROOT, findings.NAMES.values()) == []
+    assert figure_conflicts.conflicts(ROOT, findings.NAMES.values(), settings=findings.SETTINGS) == []
 
 
 @pytest.mark.parametrize(
@@ -117,16 +117,39 @@ def test_no_figure_is_stated_with_two_values_in_readme_and_docs() -> None:
         ("SC-GRPO is -3.8 [-7.8, +0.1] here.", "SC-GRPO: -3.8 [-10.6, +2.9].", "SC-GRPO -3.8"),
         ("HP-RLVR (paper: 1.2-2.3x faster)", "HP-RLVR, whose paper reports 1.21x faster", "HP-RLVR's paper"),
         ("At M = 16 the oracle's ceiling is 0.74.", "M = 16: 0.62 [0.46, 0.73] (the ceiling)", "ceiling"),
+        (
+            "- **HSD**: reasoning-gym +0.9 [-0.6, +2.5] no difference.",
+            "| method | long addition | reasoning-gym |\n|---|---|---|\n"
+            "| HSD | -1.2 [-10.3, +7.9] | +0.9 [-0.5, +2.5] |",
+            "HSD on reasoning-gym +0.9",
+        ),  # the same setting in prose and in its table column
     ],
 )
 def test_a_figure_with_two_values_is_reported(tmp_path: Path, first: str, second: str, label: str) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "README.md").write_text(f"# x\n\n{first}\n")
     (tmp_path / "docs/a.md").write_text(f"# a\n\n{second}\n")
-    found = figure_conflicts.conflicts(tmp_path, findings.NAMES.values())
+    found = figure_conflicts.conflicts(tmp_path, findings.NAMES.values(), settings=findings.SETTINGS)
     assert len(found) == 1 and label in found[0] and "README.md" in found[0] and "docs/a.md" in found[0]
     (tmp_path / "docs/a.md").write_text(f"# a\n\n{first}\n")  # the same value twice is one statement
-    assert figure_conflicts.conflicts(tmp_path, findings.NAMES.values()) == []
+    assert figure_conflicts.conflicts(tmp_path, findings.NAMES.values(), settings=findings.SETTINGS) == []
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        "| method | reasoning-gym | SmolLM2 study |\n|---|---|---|\n"
+        "| HSD | +0.9 [-0.6, +2.5] | +0.9 [-2.5, +4.2] |",
+        "- **HSD**: reasoning-gym +0.9 [-0.6, +2.5]; SmolLM2 study +0.9 [-2.5, +4.2] no difference.",
+    ],
+)
+def test_two_settings_differences_that_round_alike_are_two_figures(tmp_path: Path, second: str) -> None:
+    """HSD's +0.9 on reasoning-gym and its +0.9 in the SmolLM2 study are different figures, in a table's
+    columns or named in prose before each."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("- **HSD**: reasoning-gym +0.9 [-0.6, +2.5] no difference.\n")
+    (tmp_path / "docs/a.md").write_text(f"# a\n\n{second}\n")
+    assert figure_conflicts.conflicts(tmp_path, findings.NAMES.values(), settings=findings.SETTINGS) == []
 
 
 def test_a_paired_difference_is_its_own_statistic(tmp_path: Path) -> None:

@@ -31,20 +31,42 @@ KEY_FIGURES = {  # a figure stated in prose: its label, the pattern of its value
 CONTEXT = 120  # characters before a difference searched for the method it belongs to
 
 
-def statements(text: str, names: Iterable[str]) -> list[tuple[str, str]]:
+def column_header(text: str, at: int) -> str:
+    """The header of the markdown table column that position ``at`` lies in ('' outside a table)."""
+    start = text.rfind("\n", 0, at) + 1
+    line = text[start : text.find("\n", at) if "\n" in text[at:] else len(text)]
+    if not line.startswith("|"):
+        return ""
+    lines = text[:start].splitlines()
+    while lines and lines[-1].startswith("|"):
+        header = lines.pop()
+    column = text[start:at].count("|") - 1
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    return cells[column] if 0 <= column < len(cells) else ""
+
+
+def statements(text: str, names: Iterable[str], settings: Iterable[str] = ()) -> list[tuple[str, str]]:
     """(label, value) of every key figure in ``text``: a difference from GRPO as 'METHOD d' with its
-    interval, METHOD the last of ``names`` (the methods' display names) before it (a difference called
-    'paired' is a statistic of its own), and ``KEY_FIGURES``."""
+    interval, METHOD the last of ``names`` (the methods' display names) before it, and ``KEY_FIGURES``.
+    A difference on a named setting (one of ``settings``: its table column's header, or the last setting
+    named between the method and it) is labelled with it, so two settings' differences that round alike
+    are two figures; a difference called 'paired' is a statistic of its own."""
     out = []
     names = sorted(names, key=len, reverse=True)
+    settings = sorted(settings, key=len, reverse=True)
     for m in DIFFERENCE.finditer(text):
         before = text[max(0, m.start() - CONTEXT) : m.start()]
         found = [(before.rfind(n), n) for n in names if n in before]
         if not found:
             continue
-        name = max(found)[1]
+        at, name = max(found)
+        header = column_header(text, m.start())
+        after_name = before[at + len(name) :]
+        named = [(after_name.rfind(s), s) for s in settings if s in after_name]
+        setting = header if header in settings else max(named)[1] if named else ""
         kind = " (paired)" if "paired" in before[-40:] else ""
-        out.append((f"{name} {m.group(1)}{kind}", f"[{m.group(2)}, {m.group(3)}]"))
+        where = f" on {setting}" if setting else ""
+        out.append((f"{name}{where} {m.group(1)}{kind}", f"[{m.group(2)}, {m.group(3)}]"))
     for label, (pattern, word) in KEY_FIGURES.items():
         for m in pattern.finditer(text):
             if word in text[max(0, m.start() - 3 * CONTEXT) : m.end() + CONTEXT]:
@@ -52,13 +74,15 @@ def statements(text: str, names: Iterable[str]) -> list[tuple[str, str]]:
     return out
 
 
-def conflicts(root: Path, names: Iterable[str], pages: Sequence[str] | None = None) -> list[str]:
+def conflicts(
+    root: Path, names: Iterable[str], pages: Sequence[str] | None = None, settings: Iterable[str] = ()
+) -> list[str]:
     """Figures stated with two values across README.md and docs/*.md: 'label: value (page), ...'."""
-    names = list(names)
+    names, settings = list(names), list(settings)
     paths = pages or ["README.md", *sorted(str(p.relative_to(root)) for p in (root / "docs").glob("*.md"))]
     seen: dict[str, dict[str, list[str]]] = {}
     for page in paths:
-        for label, value in statements((root / page).read_text(), names):
+        for label, value in statements((root / page).read_text(), names, settings):
             seen.setdefault(label, {}).setdefault(value, []).append(page)
     return [
         f"{label}: " + "; ".join(f"{v} ({', '.join(sorted(set(p)))})" for v, p in values.items())

@@ -102,6 +102,7 @@ SOURCES = (
         settings=True,
     ),
 )
+SETTINGS = tuple(dict.fromkeys(source.label for source in SOURCES))  # the at-a-glance columns
 REAL = "sweeps/methods_real.yaml"
 STUDY = "sweeps/study_real.yaml"  # the decisive study: its claims get their own table and README lines
 NAMES = {
@@ -514,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = Path(args.root)
     if args.conflicts:
-        found = conflicts(root, NAMES.values())
+        found = conflicts(root, NAMES.values(), settings=SETTINGS)
         sys.stdout.write("".join(f"{line}\n" for line in found))
         return 1 if found else 0
     try:
