@@ -24,6 +24,8 @@ from lightning_rlvr.experiments.credit_lab.metrics import (
     summarise,
 )
 from lightning_rlvr.experiments.credit_lab.report import markdown
+from lightning_rlvr.experiments.sweep.commands import _merged_config
+from lightning_rlvr.experiments.sweep.spec import Run
 from lightning_rlvr.tasks.addition import AdditionTask
 from tests.conftest import BASE_TEST_SCALE, METHOD_TEST_SCALE, REPO
 
@@ -171,24 +173,13 @@ def test_character_offsets_map_to_the_token_that_holds_them():
 # ---------------------------------------------------------------------------- end to end (conftest.tiny_ckpt)
 
 
-def merged(base: dict, over: dict) -> dict:
-    """``over`` composed after ``base``: mappings merge key by key, any other value replaces."""
-    out = dict(base)
-    for key, value in over.items():
-        both = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = merged(out[key], value) if both else value
-    return out
-
-
 def method_files_at_test_scale(tmp_path: Path) -> list[str]:
     """Every method YAML; OPD's with the test-scale teacher that tests/configs/tiny_opd.yaml sets."""
     files = []
     for path in sorted((REPO / "configs" / "method").glob("*.yaml")):
         if path.stem == "opd":
-            cfg = yaml.safe_load(path.read_text())
             (scale,) = METHOD_TEST_SCALE["opd"]
-            small = yaml.safe_load(Path(scale).read_text())
-            cfg = merged(cfg, small)  # composed after it, as --config files compose
+            cfg = _merged_config(Run("opd", (str(path), scale), (), (), None))  # as --config composes them
             path = tmp_path / "opd.yaml"
             path.write_text(yaml.safe_dump(cfg))
         files.append(str(path))

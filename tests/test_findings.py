@@ -225,3 +225,11 @@ def test_the_studys_settings_on_the_pages_are_read_from_its_sweep_file(
         assert "keyed sampling" in before and "keyed sampling" not in after
     else:
         assert said in after and said in " ".join(findings.readme_findings(root).split())
+
+
+def test_a_figure_is_placed_in_its_tables_column_even_at_the_pages_first_line() -> None:
+    table = "| method | SmolLM2 study |\n|---|---|\n| HSD | +0.9 [-2.5, +4.2] |"
+    assert figure_conflicts.column_header(table, table.index("+0.9")) == "SmolLM2 study"
+    assert figure_conflicts.column_header("HSD +0.9 [-2.5, +4.2]", 4) == ""  # prose: no column
+    headless = "| HSD | +0.9 [-2.5, +4.2] |"  # no line above: the line is its own header, no error
+    assert figure_conflicts.column_header(headless, headless.index("+0.9")) == "+0.9 [-2.5, +4.2]"

@@ -37,8 +37,8 @@ def column_header(text: str, at: int) -> str:
     line = text[start : text.find("\n", at) if "\n" in text[at:] else len(text)]
     if not line.startswith("|"):
         return ""
-    lines = text[:start].splitlines()
-    while lines and lines[-1].startswith("|"):
+    header, lines = line, text[:start].splitlines()
+    while lines and lines[-1].startswith("|"):  # up to the table's first line
         header = lines.pop()
     column = text[start:at].count("|") - 1
     cells = [c.strip() for c in header.strip("|").split("|")]

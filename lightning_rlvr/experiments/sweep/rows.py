@@ -208,7 +208,7 @@ def compute_line(rows: list[dict], runs: Sequence[Run] = ()) -> str:
         for run in runs:
             if run.run_id in finished:
                 cells.setdefault(run.cell, []).append(finished[run.run_id])
-        overall = sum(finished.values()) / len(finished)
+        overall = statistics.fmean(finished.values())
         more = sum(statistics.fmean(cells[run.cell]) if run.cell in cells else overall for run in left)
         text += (
             f" The {len(left)} run{'' if len(left) == 1 else 's'} not finished would take about "
