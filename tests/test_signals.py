@@ -10,6 +10,7 @@ ran (none allowed) and in its exit time.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
 import signal
@@ -196,8 +197,9 @@ def test_a_stop_in_the_warm_start_caches_nothing_and_says_no_checkpoint_was_writ
     assert not list(tmp_path.rglob("*.ckpt"))
 
 
-def _fork_loop(folder: Path, grace_s: float, checks: bool) -> int:
-    """A child that installs the CLI's handlers and loops (checking, or in a "C call" that never checks)."""
+def _fork_loop(folder: Path, grace_s: float, checks: bool, at_exit: tuple = ()) -> int:
+    """A child that installs the CLI's handlers and loops (checking, or in a "C call" that never checks);
+    ``at_exit``: functions it registers with ``atexit`` first (the last runs first)."""
     folder.mkdir(parents=True, exist_ok=True)
     pid = os.fork()
     if pid == 0:
@@ -206,6 +208,8 @@ def _fork_loop(folder: Path, grace_s: float, checks: bool) -> int:
             log = open(folder / "log", "w", buffering=1)  # noqa: SIM115 - the child's stderr
             os.dup2(log.fileno(), 2)
             sys.stderr = log
+            for handler in at_exit:
+                atexit.register(handler, folder)
             from lightning_rlvr.cli.signals import stop_on_signals
 
             with stop_on_signals(grace_s=grace_s), stop.during("a loop"):
@@ -252,6 +256,27 @@ def test_a_second_signal_ends_the_run_at_once(tmp_path):
     code, took, (line,) = _stop(tmp_path, pid, signal.SIGINT)
     assert code == 130 and took < 5.0  # not the 30 s grace
     assert "(a second signal: ended at once)" in line, line
+
+
+def _quick_handler(folder: Path) -> None:
+    (folder / "quick handler ran").write_text("")
+
+
+def _stuck_handler(folder: Path) -> None:
+    (folder / "stuck handler began").write_text("")
+    time.sleep(120)
+
+
+def test_an_atexit_handler_that_does_not_return_holds_a_stopped_run_no_longer_than_the_exit_grace(tmp_path):
+    """torch's own atexit handlers took about 20 s on a loaded machine: the stop's exit gives them
+    ``EXIT_GRACE_S``, then ends the process with the stop's code; the handlers before the stuck one run."""
+    from lightning_rlvr.cli.signals import EXIT_GRACE_S
+
+    pid = _fork_loop(tmp_path, 30.0, checks=True, at_exit=(_stuck_handler, _quick_handler))
+    code, took, (line,) = _stop(tmp_path, pid, signal.SIGTERM)
+    assert code == 143 and EXIT_GRACE_S <= took < EXIT_GRACE_S + 5.0, took  # not the 120 s handler
+    assert (tmp_path / "quick handler ran").exists() and (tmp_path / "stuck handler began").exists()
+    assert line.startswith(f"{STOP_LINE}SIGTERM in a test step during a loop;"), line
 
 
 def test_without_a_signal_a_check_only_records_where_the_run_is():
