@@ -174,17 +174,17 @@ def _finish(signum: int, place: str) -> None:
 EXIT_GRACE_S = 3.0  # seconds a stopped run's atexit handlers may take before the process ends anyway
 
 
-def exit_now(code: int, grace_s: float = EXIT_GRACE_S) -> None:
+def exit_now(code: int) -> None:
     """Exit with ``code`` once the atexit handlers have run and the streams are flushed, skipping the
     interpreter's teardown: freeing a loaded model object by object takes seconds on a busy CPU (the
     kernel frees it at once), and a stop must not wait for that.
 
-    The handlers get ``grace_s`` seconds, then the process ends without the rest: torch's own (finalizers
+    The handlers get ``EXIT_GRACE_S`` seconds, then the process ends without the rest: torch's own (finalizers
     that unregister its operator libraries one kernel at a time, a compile-time report that imports its
     table printer) took about 20 s on a loaded 2-core machine, and a stopped run has nothing left to save
     (its last checkpoint is on disk and its line is said and flushed). The timer does not flush: a stream
     held by a handler stuck mid-write would hold the exit too."""
-    timer = threading.Timer(grace_s, os._exit, args=(code,))
+    timer = threading.Timer(EXIT_GRACE_S, os._exit, args=(code,))
     timer.daemon = True
     timer.start()
     try:
