@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_rlvr.experiments import figure_conflicts, findings
+from lightning_rlvr.experiments import findings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,67 +107,6 @@ def test_a_claim_at_unmatched_rates_is_undecided() -> None:
     assert said.startswith("undecided: rates differ (0.0002 vs 0.0004)") and said.endswith("not reproduced")
 
 
-def test_no_figure_is_stated_with_two_values_in_readme_and_docs() -> None:
-    assert figure_conflicts.conflicts(ROOT, findings.NAMES.values(), settings=findings.SETTINGS) == []
-
-
-@pytest.mark.parametrize(
-    "first,second,label",
-    [
-        ("SC-GRPO is -3.8 [-7.8, +0.1] here.", "SC-GRPO: -3.8 [-10.6, +2.9].", "SC-GRPO -3.8"),
-        ("HP-RLVR (paper: 1.2-2.3x faster)", "HP-RLVR, whose paper reports 1.21x faster", "HP-RLVR's paper"),
-        ("At M = 16 the oracle's ceiling is 0.74.", "M = 16: 0.62 [0.46, 0.73] (the ceiling)", "ceiling"),
-        (
-            "- **HSD**: reasoning-gym +0.9 [-0.6, +2.5] no difference.",
-            "| method | long addition | reasoning-gym |\n|---|---|---|\n"
-            "| HSD | -1.2 [-10.3, +7.9] | +0.9 [-0.5, +2.5] |",
-            "HSD on reasoning-gym +0.9",
-        ),  # the same setting in prose and in its table column
-    ],
-)
-def test_a_figure_with_two_values_is_reported(tmp_path: Path, first: str, second: str, label: str) -> None:
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "README.md").write_text(f"# x\n\n{first}\n")
-    (tmp_path / "docs/a.md").write_text(f"# a\n\n{second}\n")
-    found = figure_conflicts.conflicts(tmp_path, findings.NAMES.values(), settings=findings.SETTINGS)
-    assert len(found) == 1 and label in found[0] and "README.md" in found[0] and "docs/a.md" in found[0]
-    (tmp_path / "docs/a.md").write_text(f"# a\n\n{first}\n")  # the same value twice is one statement
-    assert figure_conflicts.conflicts(tmp_path, findings.NAMES.values(), settings=findings.SETTINGS) == []
-
-
-@pytest.mark.parametrize(
-    "second",
-    [
-        "| method | reasoning-gym | SmolLM2 study |\n|---|---|---|\n"
-        "| HSD | +0.9 [-0.6, +2.5] | +0.9 [-2.5, +4.2] |",
-        "- **HSD**: reasoning-gym +0.9 [-0.6, +2.5]; SmolLM2 study +0.9 [-2.5, +4.2] no difference.",
-    ],
-)
-def test_two_settings_differences_that_round_alike_are_two_figures(tmp_path: Path, second: str) -> None:
-    """HSD's +0.9 on reasoning-gym and its +0.9 in the SmolLM2 study are different figures, in a table's
-    columns or named in prose before each."""
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "README.md").write_text("- **HSD**: reasoning-gym +0.9 [-0.6, +2.5] no difference.\n")
-    (tmp_path / "docs/a.md").write_text(f"# a\n\n{second}\n")
-    assert figure_conflicts.conflicts(tmp_path, findings.NAMES.values(), settings=findings.SETTINGS) == []
-
-
-def test_a_paired_difference_is_its_own_statistic(tmp_path: Path) -> None:
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "README.md").write_text("KTAE: -4.0 [-10.8, +2.7] pooled; KTAE's paired -4.0 [-5.4, -2.6].\n")
-    assert figure_conflicts.conflicts(tmp_path, findings.NAMES.values()) == []
-
-
-def test_the_conflicts_flag_lists_each_conflict_and_fails(tmp_path: Path, capsys) -> None:
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "README.md").write_text("SC-GRPO is -3.8 [-7.8, +0.1] here.\n")
-    (tmp_path / "docs/a.md").write_text("SC-GRPO: -3.8 [-10.6, +2.9].\n")
-    assert findings.main(["--root", str(tmp_path), "--conflicts"]) == 1
-    assert capsys.readouterr().out.startswith("SC-GRPO -3.8: [-7.8, +0.1] (README.md)")
-    (tmp_path / "docs/a.md").write_text("SC-GRPO: -3.8 [-7.8, +0.1].\n")
-    assert findings.main(["--root", str(tmp_path), "--conflicts"]) == 0
-
-
 def test_the_studys_progress_counts_each_arms_finished_seeds(tmp_path: Path) -> None:
     root = _copy(tmp_path)
     (root / "sweeps").unlink()
@@ -225,11 +164,3 @@ def test_the_studys_settings_on_the_pages_are_read_from_its_sweep_file(
         assert "keyed sampling" in before and "keyed sampling" not in after
     else:
         assert said in after and said in " ".join(findings.readme_findings(root).split())
-
-
-def test_a_figure_is_placed_in_its_tables_column_even_at_the_pages_first_line() -> None:
-    table = "| method | SmolLM2 study |\n|---|---|\n| HSD | +0.9 [-2.5, +4.2] |"
-    assert figure_conflicts.column_header(table, table.index("+0.9")) == "SmolLM2 study"
-    assert figure_conflicts.column_header("HSD +0.9 [-2.5, +4.2]", 4) == ""  # prose: no column
-    headless = "| HSD | +0.9 [-2.5, +4.2] |"  # no line above: the line is its own header, no error
-    assert figure_conflicts.column_header(headless, headless.index("+0.9")) == "+0.9 [-2.5, +4.2]"

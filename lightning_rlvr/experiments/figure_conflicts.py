@@ -1,19 +1,25 @@
 """One value per figure: finds a figure the README and docs state with two different values.
 
 Layer: experiments (reads README.md and docs/*.md as text; imports nothing of the package). A figure is
-a method's difference from GRPO with its interval ('SC-GRPO -3.8 [-7.8, +0.1]', attributed to the
-method named last before it) or one of ``KEY_FIGURES`` (the papers' claims, the oracle's ceiling). The
-same label with two values on the pages is a conflict. Run it with
-``python -m lightning_rlvr.experiments.findings --conflicts``, which hands it the method names.
+a method's difference from GRPO with its interval ('SC-GRPO -3.8 [-7.8, +0.1]') or one of
+``KEY_FIGURES`` (the papers' claims, the oracle's ceiling). A difference is labelled by what it compares,
+read from the page's structure: the method (its table row's first cell, else the last method named
+before it in its list item or paragraph, else in the item's parents), the setting (its table column's
+header, else the last setting named between the method and it, else in the table's lead or the item's
+parents) and whether it is a paired statistic. The same label with two values on the pages is a
+conflict. Run it with ``python -m lightning_rlvr.experiments.findings --conflicts``, which hands it the
+names: each method's display name and each claim (its label: the arm, and the metric where it is not the
+pages' default), each setting's label and its sweep file.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-DIFFERENCE = re.compile(r"([+-]\d+\.\d)\*{0,2} \[([+-]\d+\.\d), ([+-]\d+\.\d)\]")
+# a wrapped line may break it anywhere a space is
+DIFFERENCE = re.compile(r"([+-]\d+\.\d)\*{0,2}\s+\[([+-]\d+\.\d),\s+([+-]\d+\.\d)\]")
 KEY_FIGURES = {  # a figure stated in prose: its label, the pattern of its value, a word near it
     "HP-RLVR's paper speed-up": (
         re.compile(r"(?:paper|claim)[^.\n]{0,30}?(\d\.\d+(?:-\d\.\d+)?)x (?:faster|speed)"),
@@ -28,7 +34,9 @@ KEY_FIGURES = {  # a figure stated in prose: its label, the pattern of its value
         "M = 16",
     ),
 }
-CONTEXT = 120  # characters before a difference searched for the method it belongs to
+CONTEXT = 120  # characters around a key figure searched for the word it belongs to
+ITEM = re.compile(r"^(\s*)(?:[-*+]|\d+[.)])\s")  # a list item's first line: its indentation
+HEADING = re.compile(r"^#{1,6}\s")
 
 
 def column_header(text: str, at: int) -> str:
@@ -45,28 +53,95 @@ def column_header(text: str, at: int) -> str:
     return cells[column] if 0 <= column < len(cells) else ""
 
 
-def statements(text: str, names: Iterable[str], settings: Iterable[str] = ()) -> list[tuple[str, str]]:
-    """(label, value) of every key figure in ``text``: a difference from GRPO as 'METHOD d' with its
-    interval, METHOD the last of ``names`` (the methods' display names) before it, and ``KEY_FIGURES``.
-    A difference on a named setting (one of ``settings``: its table column's header, or the last setting
-    named between the method and it) is labelled with it, so two settings' differences that round alike
-    are two figures; a difference called 'paired' is a statistic of its own."""
-    out = []
-    names = sorted(names, key=len, reverse=True)
-    settings = sorted(settings, key=len, reverse=True)
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _ends_unit(line: str) -> bool:
+    """Whether the unit below ``line`` starts after it: a blank line, a heading or a table row."""
+    return not line.strip() or bool(HEADING.match(line)) or line.startswith("|")
+
+
+def unit(text: str, at: int) -> tuple[str, str]:
+    """(own, frame) of the figure at ``at``: ``own`` the text of its unit up to it (a table row's first
+    cell, or its list item or paragraph from its start), ``frame`` the text that frames the unit (a
+    table's lead, the paragraphs between the section's heading and the table; a list item's parents)."""
+    lines = text[:at].split("\n")
+    last = lines[-1]
+    if last.startswith("|"):  # a table row: its subject is its first cell
+        own = last.strip("|").split("|")[0] if last.count("|") > 1 else ""
+        above = lines[:-1]
+        while above and above[-1].startswith("|"):
+            above.pop()
+        lead: list[str] = []
+        while above and not HEADING.match(above[-1]) and not above[-1].startswith("|"):
+            lead.insert(0, above.pop())
+        return own, "\n".join(lead)
+    i = len(lines) - 1  # the unit's first line: a list item's marker, or the paragraph's first line
+    while i > 0 and not ITEM.match(lines[i]) and not _ends_unit(lines[i - 1]):
+        i -= 1
+    own = "\n".join(lines[i:])
+    match = ITEM.match(lines[i])
+    if not match:
+        return own, ""
+    parents, depth, j = [], len(match.group(1)), i - 1
+    while j >= 0 and lines[j].strip() and depth > 0:
+        parent = ITEM.match(lines[j])
+        if parent and len(parent.group(1)) < depth:  # a parent item: its own lines up to its first child
+            k = j + 1
+            while k < i and not ITEM.match(lines[k]) and _indent(lines[k]) > len(parent.group(1)):
+                k += 1
+            parents.insert(0, "\n".join(lines[j:k]))
+            depth = len(parent.group(1))
+        j -= 1
+    return own, "\n".join(parents)
+
+
+def _last(text: str, names: Mapping[str, str]) -> tuple[int, int, str] | None:
+    """(start, end, label) of the last name in ``text``, a name inside a longer one not counting."""
+    found = [
+        (m.start(), m.end(), label) for n, label in names.items() for m in re.finditer(re.escape(n), text)
+    ]
+    whole = [
+        f
+        for f in found
+        if not any(g[0] <= f[0] and f[1] <= g[1] and g[1] - g[0] > f[1] - f[0] for g in found)
+    ]
+    return max(whole, key=lambda f: (f[0], f[1] - f[0])) if whole else None
+
+
+def _as_map(names: Iterable[str] | Mapping[str, str]) -> dict[str, str]:
+    return dict(names) if isinstance(names, Mapping) else {n: n for n in names}
+
+
+def differences(
+    text: str, names: Iterable[str] | Mapping[str, str], settings: Iterable[str] | Mapping[str, str] = ()
+) -> Iterator[tuple[int, str, str]]:
+    """(position, label, interval) of every difference from GRPO in ``text`` that names its method, the
+    label 'METHOD on SETTING d' read as the module says (``names`` and ``settings`` as display names, or
+    as {what the pages write: label}); a difference called 'paired' is a statistic of its own."""
+    names, settings = _as_map(names), _as_map(settings)
     for m in DIFFERENCE.finditer(text):
-        before = text[max(0, m.start() - CONTEXT) : m.start()]
-        found = [(before.rfind(n), n) for n in names if n in before]
-        if not found:
+        own, frame = unit(text, m.start())
+        name = _last(own, names)
+        between = own[name[1] :] if name else own  # a method named in the frame: all of its unit follows it
+        name = name or _last(frame, names)
+        if not name:
             continue
-        at, name = max(found)
         header = column_header(text, m.start())
-        after_name = before[at + len(name) :]
-        named = [(after_name.rfind(s), s) for s in settings if s in after_name]
-        setting = header if header in settings else max(named)[1] if named else ""
-        kind = " (paired)" if "paired" in before[-40:] else ""
-        where = f" on {setting}" if setting else ""
-        out.append((f"{name}{where} {m.group(1)}{kind}", f"[{m.group(2)}, {m.group(3)}]"))
+        setting = _last(between, settings) or _last(frame, settings)
+        where = settings.get(header) or (setting[2] if setting else "")
+        kind = " (paired)" if "paired" in text[max(0, m.start() - 40) : m.start()] else ""
+        on = f" on {where}" if where else ""
+        yield m.start(), f"{name[2]}{on} {m.group(1)}{kind}", f"[{m.group(2)}, {m.group(3)}]"
+
+
+def statements(
+    text: str, names: Iterable[str] | Mapping[str, str], settings: Iterable[str] | Mapping[str, str] = ()
+) -> list[tuple[str, str]]:
+    """(label, value) of every key figure in ``text``: each difference (``differences``) with its
+    interval as the value, and the ``KEY_FIGURES``."""
+    out = [(label, value) for _, label, value in differences(text, names, settings)]
     for label, (pattern, word) in KEY_FIGURES.items():
         for m in pattern.finditer(text):
             if word in text[max(0, m.start() - 3 * CONTEXT) : m.end() + CONTEXT]:
@@ -75,10 +150,13 @@ def statements(text: str, names: Iterable[str], settings: Iterable[str] = ()) ->
 
 
 def conflicts(
-    root: Path, names: Iterable[str], pages: Sequence[str] | None = None, settings: Iterable[str] = ()
+    root: Path,
+    names: Iterable[str] | Mapping[str, str],
+    pages: Sequence[str] | None = None,
+    settings: Iterable[str] | Mapping[str, str] = (),
 ) -> list[str]:
     """Figures stated with two values across README.md and docs/*.md: 'label: value (page), ...'."""
-    names, settings = list(names), list(settings)
+    names, settings = _as_map(names), _as_map(settings)
     paths = pages or ["README.md", *sorted(str(p.relative_to(root)) for p in (root / "docs").glob("*.md"))]
     seen: dict[str, dict[str, list[str]]] = {}
     for page in paths:

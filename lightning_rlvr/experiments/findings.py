@@ -146,6 +146,28 @@ HSD_TABLES = (
 PAGES = ("README.md", "docs/results.md")
 
 
+def figure_settings() -> dict[str, str]:
+    """{what the pages write: setting} for the conflict scanner: each column's label, and its sweep file."""
+    return {**{source.sweep: source.label for source in SOURCES}, **{s: s for s in SETTINGS}}
+
+
+def figure_names(root: Path) -> dict[str, str]:
+    """{what the pages write: label} for the conflict scanner: each method's display name, and each
+    real-model claim as its arm's name ('SC-GRPO at its own rate'), with its metric where that is not
+    test pass@1 (HP-RLVR's two claims in seconds and in steps are two figures). A claim written alike for
+    two different arms or metrics stays unaliased: the method named in it labels it."""
+    names, labels = {name: name for name in NAMES.values()}, {}
+    for path in (REAL, STUDY):
+        if not (root / path).is_file():
+            continue
+        for claim in load_sweep(root / path).report.claims:
+            arm = "+".join(NAMES.get(v, v) for v in claim.cell.values())
+            labels.setdefault(claim.source, set()).add(
+                arm if claim.metric == METRIC else f"{arm} in {METRIC_WORDS.get(claim.metric, claim.metric)}"
+            )
+    return {**names, **{source: next(iter(ls)) for source, ls in labels.items() if len(ls) == 1}}
+
+
 class FindingsError(ValueError):
     """A page or a committed table the generator cannot read: one line saying what and where."""
 
@@ -444,12 +466,13 @@ def readme_findings(root: Path) -> str:
     real = load_sweep(root / REAL)
     seeds = len(real.grid[real.seed_key])
     out.append(
-        f"- **The papers' claims on SmolLM2** ({seeds} seeds, every arm against the same {seeds} GRPO runs; "
+        f"- **The papers' claims on SmolLM2** (`{REAL}`: {seeds} seeds, every arm against the same {seeds} "
+        "GRPO runs; "
         "[the table](docs/results.md#the-verdict-per-paper-claim)):"
     )
     out += _claim_lines(root, REAL)
     out.append(
-        f"- **The decisive study on SmolLM2** (GRPO, SC-GRPO at GRPO's rate and at its own, HSD; "
+        f"- **The decisive study on SmolLM2** (`{STUDY}`: GRPO, SC-GRPO at GRPO's rate and at its own, HSD; "
         f"{design(root, STUDY)}; every arm against the same GRPO runs; {study_progress(root)}; "
         "[its design](docs/real_study.md), [the table](docs/results.md#the-decisive-study)):"
     )
@@ -515,7 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = Path(args.root)
     if args.conflicts:
-        found = conflicts(root, NAMES.values(), settings=SETTINGS)
+        found = conflicts(root, figure_names(root), settings=figure_settings())
         sys.stdout.write("".join(f"{line}\n" for line in found))
         return 1 if found else 0
     try:
