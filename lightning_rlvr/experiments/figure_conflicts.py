@@ -69,7 +69,7 @@ def unit(text: str, at: int) -> tuple[str, str]:
     lines = text[:at].split("\n")
     last = lines[-1]
     if last.startswith("|"):  # a table row: its subject is its first cell
-        own = last.strip("|").split("|")[0] if last.count("|") > 1 else ""
+        own = last[1:].split("|")[0]  # up to the figure where it stands in the first cell itself
         above = lines[:-1]
         while above and above[-1].startswith("|"):
             above.pop()
