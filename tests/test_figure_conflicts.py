@@ -153,6 +153,7 @@ def test_a_cell_far_along_a_long_row_belongs_to_the_rows_method(tmp_path: Path) 
     [
         ("SC-GRPO is -3.8 [-7.8, +0.1] here.", "SC-GRPO: -3.8 [-10.6, +2.9].", "SC-GRPO -3.8"),
         ("SC-GRPO is -3.8 [-7.8, +0.1] here.", "| SC-GRPO -3.8 [-10.6, +2.9] | x |", "SC-GRPO -3.8"),
+        ("SC-GRPO is -3.8 [-7.8, +0.1] here.", "SC-GRPO: -3.8 points\n[-10.6, +2.9].", "SC-GRPO -3.8"),
         ("HP-RLVR (paper: 1.2-2.3x faster)", "HP-RLVR, whose paper reports 1.21x faster", "HP-RLVR's paper"),
         ("At M = 16 the oracle's ceiling is 0.74.", "M = 16: 0.62 [0.46, 0.73] (the ceiling)", "ceiling"),
         (

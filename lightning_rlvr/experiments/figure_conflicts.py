@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-# a wrapped line may break it anywhere a space is
-DIFFERENCE = re.compile(r"([+-]\d+\.\d)\*{0,2}\s+\[([+-]\d+\.\d),\s+([+-]\d+\.\d)\]")
+# '-3.8 [-7.5, -0.0]' or '-3.8 points [...]'; a wrapped line may break it anywhere a space is
+DIFFERENCE = re.compile(r"([+-]\d+\.\d)\*{0,2}(?:\s+points)?\s+\[([+-]\d+\.\d),\s+([+-]\d+\.\d)\]")
 KEY_FIGURES = {  # a figure stated in prose: its label, the pattern of its value, a word near it
     "HP-RLVR's paper speed-up": (
         re.compile(r"(?:paper|claim)[^.\n]{0,30}?(\d\.\d+(?:-\d\.\d+)?)x (?:faster|speed)"),
