@@ -59,6 +59,35 @@ def test_a_changed_number_is_caught_and_regenerated(tmp_path: Path, capsys: pyte
     assert findings.main(["--root", str(root), "--check"]) == 0
 
 
+@pytest.mark.parametrize("mode", [[], ["--check"], ["--conflicts"]])
+@pytest.mark.parametrize("sweep", [findings.REAL, findings.STUDY])
+def test_a_malformed_sweep_file_is_one_line_in_every_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture, mode: list[str], sweep: str
+) -> None:
+    root = _copy(tmp_path)
+    (root / "sweeps").unlink()
+    shutil.copytree(ROOT / "sweeps", root / "sweeps", symlinks=True, ignore=shutil.ignore_patterns("runs"))
+    (root / sweep).write_text((ROOT / sweep).read_text() + "report: {claims: [\n")
+    before = {p: (root / p).read_text() for p in findings.PAGES}
+    assert findings.main(["--root", str(root), *mode]) == 2
+    err = capsys.readouterr().err
+    assert f"{sweep}: not valid YAML" in err and err.count("\n") == 1
+    assert {p: (root / p).read_text() for p in findings.PAGES} == before  # nothing written
+
+
+@pytest.mark.parametrize(
+    "mode,page", [([], "README.md"), (["--check"], "docs/results.md"), (["--conflicts"], "docs/x.md")]
+)
+def test_a_page_that_is_not_text_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture, mode: list[str], page: str
+) -> None:
+    root = _copy(tmp_path)
+    (root / page).write_bytes(b"# x\n\xff\xfe SC-GRPO -3.8 [-7.5, -0.0]\n")
+    assert findings.main(["--root", str(root), *mode]) == 2
+    err = capsys.readouterr().err
+    assert f"{page}: not UTF-8 text (byte 4" in err and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("damage", ["markers", "results", "credit"])
 def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture, damage: str) -> None:
     root = _copy(tmp_path)

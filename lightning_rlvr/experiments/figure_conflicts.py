@@ -39,6 +39,18 @@ ITEM = re.compile(r"^(\s*)(?:[-*+]|\d+[.)])\s")  # a list item's first line: its
 HEADING = re.compile(r"^#{1,6}\s")
 
 
+class PageError(ValueError):
+    """A page that cannot be read as text: one line naming it."""
+
+
+def read_page(path: Path, name: str) -> str:
+    """The text of the page at ``path`` (``name`` in errors); not UTF-8: a ``PageError`` naming the byte."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise PageError(f"{name}: not UTF-8 text (byte {err.start}: {err.reason})") from None
+
+
 def column_header(text: str, at: int) -> str:
     """The header of the markdown table column that position ``at`` lies in ('' outside a table)."""
     start = text.rfind("\n", 0, at) + 1
@@ -160,7 +172,7 @@ def conflicts(
     paths = pages or ["README.md", *sorted(str(p.relative_to(root)) for p in (root / "docs").glob("*.md"))]
     seen: dict[str, dict[str, list[str]]] = {}
     for page in paths:
-        for label, value in statements((root / page).read_text(), names, settings):
+        for label, value in statements(read_page(root / page, page), names, settings):
             seen.setdefault(label, {}).setdefault(value, []).append(page)
     return [
         f"{label}: " + "; ".join(f"{v} ({', '.join(sorted(set(p)))})" for v, p in values.items())

@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .figure_conflicts import conflicts
+from .figure_conflicts import PageError, conflicts, read_page
+from .sweep.checks import SweepError
 from .sweep.claims import all_claim_rows
 from .sweep.comparison import compare_to_baseline
 from .sweep.plan import Evidence, read_rates
@@ -288,7 +289,7 @@ def hsd_counts(root: Path) -> list[tuple[str, str, str, int, int]]:
         file = root / path
         if not file.is_file():
             raise FindingsError(f"{path}: not found (a credit-lab table the findings cite)")
-        hit = re.search(r"^\| HSD:[^|]*\|\s*(\d+)\s*\|\s*(\d+)\s*\|", file.read_text(), re.M)
+        hit = re.search(r"^\| HSD:[^|]*\|\s*(\d+)\s*\|\s*(\d+)\s*\|", read_page(file, path), re.M)
         if not hit:
             raise FindingsError(f"{path}: no 'HSD:' row in its paper-claims table")
         out.append((model, checkpoint, path, int(hit.group(1)), int(hit.group(2))))
@@ -518,7 +519,7 @@ def render(root: Path) -> dict[str, str]:
             file = root / page
             if not file.is_file():
                 raise FindingsError(f"{page}: not found under {root}")
-            pages[page] = file.read_text()
+            pages[page] = read_page(file, page)
         replace_block(pages[page], name, "", page)
     for (page, name), make in BLOCKS.items():
         pages[page] = replace_block(pages[page], name, make(root), page)
@@ -526,7 +527,8 @@ def render(root: Path) -> dict[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Rewrite the pages' blocks (0), or with ``--check`` report the stale ones (1); bad input: 2."""
+    """Rewrite the pages' blocks (0), or with ``--check`` report the stale ones (1), or with
+    ``--conflicts`` list the figures stated with two values (1); bad input: one line and 2."""
     parser = argparse.ArgumentParser(
         prog="python -m lightning_rlvr.experiments.findings", description=__doc__
     )
@@ -537,13 +539,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     root = Path(args.root)
-    if args.conflicts:
-        found = conflicts(root, figure_names(root), settings=figure_settings())
-        sys.stdout.write("".join(f"{line}\n" for line in found))
-        return 1 if found else 0
     try:
+        if args.conflicts:
+            found = conflicts(root, figure_names(root), settings=figure_settings())
+            sys.stdout.write("".join(f"{line}\n" for line in found))
+            return 1 if found else 0
         pages = render(root)
-    except (FindingsError, OSError, csv.Error) as err:
+    except (FindingsError, PageError, SweepError, OSError, csv.Error) as err:
         sys.stderr.write(f"findings: error: {err}\n")
         return 2
     stale = [p for p, text in pages.items() if (root / p).read_text() != text]
