@@ -106,8 +106,50 @@ def test_a_rewritten_report_says_which_archived_runs_it_leaves_out_and_why(tmp_p
         assert (
             f"one__seed={seed} finished with other overrides than the sweep's: it runs again" in caplog.text
         )
-    assert "No run has finished yet (4 planned)" in (tmp_path / "report" / "results.md").read_text()
+    # no run of the file now has finished: the committed report stays, and the log says why
+    assert "no run of s has finished in out; the report in report keeps its 4 committed rows" in caplog.text
+    assert "4 of 4 runs finished" in (tmp_path / "report" / "results.md").read_text()
     assert len(list((tmp_path / "report" / "runs").glob("*/DONE"))) == 4  # nothing deleted
+
+
+@pytest.mark.parametrize("archived", [True, False])  # its runs archived and dropped, or never archived
+@pytest.mark.parametrize("mode", [["--report-only"], ["--report-only", "--only", "two"]])
+def test_a_committed_report_whose_runs_are_not_here_is_kept_not_emptied(
+    tmp_path, monkeypatch, caplog, archived, mode
+):
+    """A clone without a sweep's runs (a sweep committed before runs were archived, or an archive removed)
+    must not rewrite its committed report as "No run has finished yet": that loses every number in it."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    write(tmp_path / "m" / "two.yaml", "model: {lr: 2.0e-4}\n")
+    grid = "grid:\n  config: [m/one.yaml, m/two.yaml]\n  seed_everything: [0, 1]\n"
+    path = write(tmp_path / "s.yaml", "out: out\nreport_dir: report\n" + grid)
+    assert sw.main([str(path), "--jobs", "1"], runner=FakeLightning()) == 0
+    report = tmp_path / "report"
+    before = {name: (report / name).read_bytes() for name in ("results.md", "results.csv")}
+    shutil.rmtree(tmp_path / "out")
+    if not archived:
+        shutil.rmtree(report / "runs")
+    else:  # the archive's runs no longer count: their files were renamed
+        (tmp_path / "m" / "two.yaml").rename(tmp_path / "m" / "deux.yaml")
+        (tmp_path / "m" / "one.yaml").rename(tmp_path / "m" / "un.yaml")
+        write(path, "out: out\nreport_dir: report\n" + grid.replace("two", "deux").replace("one", "un"))
+    with caplog.at_level("WARNING"):
+        sw.main([str(path), *mode], runner=FakeLightning())
+    assert {name: (report / name).read_bytes() for name in before} == before
+    assert "keeps its 4 committed rows" in caplog.text
+
+
+def test_a_sweep_with_no_committed_rows_says_none_has_finished(tmp_path, monkeypatch):
+    """Nothing to lose (no results.csv, or one with a header only): the report says no run has finished."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
+    path = write(tmp_path / "s.yaml", "out: out\nreport_dir: report\ngrid:\n  config: [m/one.yaml]\n")
+    for committed in (None, "run_id,config,seed\n"):
+        if committed is not None:
+            write(tmp_path / "report" / "results.csv", committed)
+        sw.main([str(path), "--report-only"], runner=FakeLightning())
+        assert "No run has finished yet (1 planned)" in (tmp_path / "report" / "results.md").read_text()
 
 
 def test_the_run_archive_under_a_report_directory_is_committed_not_ignored():

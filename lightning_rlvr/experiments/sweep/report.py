@@ -30,6 +30,7 @@ columns are omitted.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,6 +62,8 @@ from .rows import (
     write_results_csv,
 )
 from .spec import Run, Sweep, axis_label
+
+log = logging.getLogger(__name__)
 
 
 def _metric_columns(rows: list[dict]) -> list[tuple[str, str, int]]:
@@ -130,13 +133,34 @@ def to_target_column(axes: list[str], rows: list[dict], metric: str = TIME_TO_TA
     return out
 
 
+def committed_rows(csv_path: Path) -> int:
+    """How many runs an existing ``results.csv`` reports (0 when there is none, or it cannot be read)."""
+    try:
+        with open(csv_path, newline="") as f:
+            return max(sum(1 for line in f if line.strip()) - 1, 0)
+    except (OSError, UnicodeDecodeError):
+        return 0
+
+
 def write_report(sweep: Sweep, runs: Sequence[Run]) -> list[Path]:
-    """results.csv, results.md, curves.csv and curves.png under the sweep's report_dir."""
+    """results.csv, results.md, curves.csv and curves.png under the sweep's report_dir. With no finished
+    run here, a committed report that has rows is kept as it is (and the log says so)."""
     rows = [r for r in (run_row(sweep, run) for run in runs) if r is not None]
     out = sweep.report_dir
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out / "results.csv", out / "results.md"
     if not rows:
+        committed = committed_rows(csv_path)
+        if committed:  # its runs are not here (a clone without them): rewriting would lose the report
+            log.warning(
+                "no run of %s has finished in %s; the report in %s keeps its %d committed rows "
+                "(restore or rerun the runs to rewrite it)",
+                sweep.name,
+                sweep.out,
+                out,
+                committed,
+            )
+            return []
         write_text(md_path, f"# Sweep `{sweep.name}`\n\nNo run has finished yet ({len(runs)} planned).\n")
         return [md_path]
     write_results_csv(rows, csv_path)
