@@ -139,3 +139,15 @@ def test_the_decisive_study_paragraph_states_the_sweep_files_design():
         grpo = [float(r["test/pass@1"]) for r in csv.DictReader(f) if r["method"] == "grpo"]
     mean = sum(grpo) / len(grpo)
     assert f"test pass@1 of {mean:.2f}" in para and f"at most {100 * 0.081 * mean:.1f} points" in para
+
+
+def test_the_committed_sweeps_table_counts_what_each_report_counts():
+    """docs/sweeps.md's "runs committed" column is each report's "X of Y runs finished" (a sweep that
+    grew an arm, or a run that landed, changes the report and must change the table)."""
+    text = (REPO / "docs/sweeps.md").read_text()
+    rows = re.findall(r"^\| `sweeps/(\w+)\.yaml` \|.*\| (\d+) of (\d+)\b[^|]*\|$", text, flags=re.M)
+    assert len(rows) >= 10
+    for name, done, planned in rows:
+        report = (REPO / "sweeps/results" / name / "results.md").read_text()
+        counted = re.search(r"(\d+) of (\d+) runs finished", report)
+        assert counted and counted.groups() == (done, planned), (name, counted and counted.groups())
