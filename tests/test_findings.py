@@ -145,11 +145,11 @@ def test_the_studys_progress_counts_each_arms_finished_seeds(tmp_path: Path) -> 
     method = lines[0].split(",").index("method")
     runs = [line for line in lines[1:] if line.split(",")[method] == "grpo"]
     planned = len(findings.load_sweep(ROOT / findings.STUDY).grid["seed_everything"])
-    said = findings.seeds_done(root, findings.STUDY)
-    assert f"GRPO {len(runs)}," in said and said.endswith(f"of {planned} seeds finished")
-    assert said.startswith("still running: ")
-    table.write_text("\n".join([lines[0], *(line for line in lines[1:] if line != runs[-1])]) + "\n")
-    assert f"GRPO {len(runs) - 1}," in findings.seeds_done(root, findings.STUDY)
+    for missing in (1, 2):  # the committed study less one, then two, of GRPO's runs: it still runs
+        table.write_text("\n".join([lines[0], *(line for line in lines[1:] if line not in runs[-missing:])]))
+        said = findings.seeds_done(root, findings.STUDY)
+        assert f"GRPO {len(runs) - missing}," in said and said.endswith(f"of {planned} seeds finished")
+        assert said.startswith("still running: ")
     planned_runs = findings.expand(findings.load_sweep(ROOT / findings.STUDY))
     row = lines[1].split(",")
     every = [",".join([r.run_id, *row[1:]]) for r in planned_runs]  # one row per planned run: finished
