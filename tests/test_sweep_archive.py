@@ -82,15 +82,21 @@ def test_a_sweep_on_a_fresh_clone_reports_every_archived_run_whatever_it_selects
     assert f"{len(reported)} of 4 runs finished" in (tmp_path / "report" / "results.md").read_text()
 
 
-def test_a_rewritten_report_says_which_archived_runs_it_leaves_out_and_why(tmp_path, monkeypatch, caplog):
-    """Archived runs the sweep file no longer names (a file renamed) or names with other overrides (a new
-    lr) drop out of a rewritten report; each kind is said in the log, and the archive keeps them."""
+def finished_two_config_sweep(tmp_path, monkeypatch) -> tuple:
+    """A sweep of two config files x seeds 0-1 with its own report directory, run to the end: (file, grid)."""
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
     write(tmp_path / "m" / "two.yaml", "model: {lr: 2.0e-4}\n")
     grid = "grid:\n  config: [m/one.yaml, m/two.yaml]\n  seed_everything: [0, 1]\n"
     path = write(tmp_path / "s.yaml", "out: out\nreport_dir: report\n" + grid)
     assert sw.main([str(path), "--jobs", "1"], runner=FakeLightning()) == 0
+    return path, grid
+
+
+def test_a_rewritten_report_says_which_archived_runs_it_leaves_out_and_why(tmp_path, monkeypatch, caplog):
+    """Archived runs the sweep file no longer names (a file renamed) or names with other overrides (a new
+    lr) drop out of a rewritten report; each kind is said in the log, and the archive keeps them."""
+    path, grid = finished_two_config_sweep(tmp_path, monkeypatch)
     shutil.rmtree(tmp_path / "out")  # a fresh clone
     (tmp_path / "m" / "two.yaml").rename(tmp_path / "m" / "deux.yaml")
     renamed = grid.replace("two.yaml", "deux.yaml")
@@ -119,12 +125,7 @@ def test_a_committed_report_whose_runs_are_not_here_is_kept_not_emptied(
 ):
     """A clone without a sweep's runs (a sweep committed before runs were archived, or an archive removed)
     must not rewrite its committed report as "No run has finished yet": that loses every number in it."""
-    monkeypatch.chdir(tmp_path)
-    write(tmp_path / "m" / "one.yaml", "model: {lr: 1.0e-4}\n")
-    write(tmp_path / "m" / "two.yaml", "model: {lr: 2.0e-4}\n")
-    grid = "grid:\n  config: [m/one.yaml, m/two.yaml]\n  seed_everything: [0, 1]\n"
-    path = write(tmp_path / "s.yaml", "out: out\nreport_dir: report\n" + grid)
-    assert sw.main([str(path), "--jobs", "1"], runner=FakeLightning()) == 0
+    path, grid = finished_two_config_sweep(tmp_path, monkeypatch)
     report = tmp_path / "report"
     before = {name: (report / name).read_bytes() for name in ("results.md", "results.csv")}
     shutil.rmtree(tmp_path / "out")
