@@ -30,6 +30,7 @@ columns are omitted.
 
 from __future__ import annotations
 
+import csv
 import logging
 import math
 from collections.abc import Sequence
@@ -57,6 +58,7 @@ from .rows import (
     TO_TARGET_TITLES,
     compute_line,
     display_names,
+    read_results_csv,
     rows_by_cell,
     run_row,
     write_results_csv,
@@ -136,9 +138,8 @@ def to_target_column(axes: list[str], rows: list[dict], metric: str = TIME_TO_TA
 def committed_rows(csv_path: Path) -> int:
     """How many runs an existing ``results.csv`` reports (0 when there is none, or it cannot be read)."""
     try:
-        with open(csv_path, newline="") as f:
-            return max(sum(1 for line in f if line.strip()) - 1, 0)
-    except (OSError, UnicodeDecodeError):
+        return len(read_results_csv(csv_path)[1])
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error):
         return 0
 
 
